@@ -1,0 +1,67 @@
+"""Secret redaction for everything faulthunt records about the environment.
+
+Run directories, repro kits and ``doctor`` output end up pasted into issues and uploaded as CI
+artifacts, so variables whose *names* suggest credentials, and values that *look* like
+credentials whatever their name, are replaced by ``<redacted>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+REDACTED = "<redacted>"
+
+_SECRET_NAME = re.compile(
+    r"(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|AUTH|"
+    r"COOKIE|SESSION_?ID|SIGNATURE|^PGPASS|_KEY$|_PAT$|^PAT$|WEBHOOK|DSN$)",
+    re.IGNORECASE,
+)
+# Names that match the pattern above but are not secrets in this field.
+_SAFE_NAMES = frozenset({
+    "SSH_AUTH_SOCK", "XAUTHORITY", "KEYTIMEOUT", "GPG_TTY", "CUDA_CACHE_MAXSIZE",
+})
+_SECRET_VALUE = re.compile(
+    r"(gh[pousr]_[A-Za-z0-9]{20,}"           # GitHub tokens
+    r"|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_\-]{20,}"            # GitLab
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}"         # Slack
+    r"|AKIA[0-9A-Z]{16}"                     # AWS access key id
+    r"|hf_[A-Za-z0-9]{30,}"                  # Hugging Face
+    r"|sk-[A-Za-z0-9_\-]{20,}"               # OpenAI-style keys
+    r"|eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"  # JWT
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----)"
+)
+# user:password@host in URLs
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@")
+
+
+def is_secret_name(name: str) -> bool:
+    """True for variable names that suggest a credential (``GITHUB_TOKEN``, ``AWS_SECRET_...``)."""
+    return name not in _SAFE_NAMES and bool(_SECRET_NAME.search(name))
+
+
+def redact_value(value: str) -> str:
+    """Redact credential-looking parts of a value (tokens, URL passwords), keep the rest."""
+    value = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+    return _SECRET_VALUE.sub(REDACTED, value)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``env`` safe to write down: secret names blanked, secret-looking values cut."""
+    out: dict[str, str] = {}
+    for name in sorted(env):
+        value = env[name]
+        out[name] = REDACTED if (is_secret_name(name) and value) else redact_value(value)
+    return out
+
+
+def redact_text(text: str) -> str:
+    """Redact ``NAME=value`` assignments with secret names, and secret-looking values, in text."""
+
+    def _assignment(match: re.Match[str]) -> str:
+        name = match["name"]
+        return f"{name}={REDACTED}" if is_secret_name(name) else match[0]
+
+    text = re.sub(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\S+)", _assignment, text)
+    return redact_value(text)
