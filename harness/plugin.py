@@ -1,0 +1,406 @@
+"""The faulthunt pytest plugin: test spans, sticky-error recycling, hang dumps, crash attribution.
+
+Loaded as ``pytest -p faulthunt`` (the package ``faulthunt`` forwards its ``pytest_*`` attributes
+here, see docs/plugin.md) and by ``faulthunt stress``. It does nothing at all unless a run
+directory is given: environment ``FAULTHUNT_RUN_DIR`` or ``--faulthunt-run-dir DIR``.
+
+Two roles, registered at configure time only when active:
+
+- :class:`WorkerRecorder` in every process that runs tests (each xdist worker, or the single
+  pytest process without xdist): writes ``events/<worker>-<pid>.jsonl`` (one flushed line per
+  record, so a native abort or SIGKILL loses nothing written), points faulthandler at
+  ``faulthandler/<worker>-<pid>.txt``, takes over pytest-timeout's ``thread`` timer to dump stacks
+  before ending a hung worker, and recycles the worker after a sticky CUDA error.
+- :class:`ControllerRecorder` in the process that drives the run (the xdist controller, or the
+  single process): writes ``controller.jsonl`` and turns xdist's own crash hooks
+  (``pytest_testnodedown``, ``pytest_handlecrashitem``) into crash, hang and recycle records.
+
+Recycling works with xdist's own machinery: the poisoned worker finishes the failing test (its
+reports reach the controller), then exits at the *start* of its next test, before running
+anything. xdist sees the node go down with that never-started test pending; our
+``pytest_handlecrashitem`` recognises the recycle record, reschedules the test with
+``sched.mark_test_pending`` and marks the report ``rerun``; xdist then starts a fresh worker with
+the same gateway spec (and so the same ``CUDA_VISIBLE_DEVICES``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faulthunt import context
+from faulthunt.cudaerrors import find_sticky
+from faulthunt.rundir import RUN_DIR_ENV, JsonlWriter, Layout, read_jsonl
+
+#: env: "0" turns worker recycling after sticky CUDA errors off
+RECYCLE_ENV = "FAULTHUNT_RECYCLE"
+#: env: allocation-ledger mode for faulthunt.ledger.install (auto|cupti|numba|cupy|torch|off)
+LEDGER_ENV = "FAULTHUNT_LEDGER"
+#: exit status of a worker that ends itself to shed a poisoned CUDA context (EX_TEMPFAIL)
+EXIT_RECYCLE = 75
+#: exit status of a worker ended by the hang watchdog (as timeout(1))
+EXIT_HUNG = 124
+#: pytest-repeat's parametrization argument
+REPEAT_PARAM = "__pytest_repeat_step_number"
+HANGS_DIR = "hangs"
+FAULTHANDLER_DIR = "faulthandler"
+_LONGREPR_LIMIT = 8000
+
+
+def base_nodeid(item: pytest.Item) -> str:
+    """The node id of ``item`` without pytest-repeat's step, from the item's parametrization.
+
+    pytest-repeat parametrizes ``__pytest_repeat_step_number`` with ids ``"<i+1>-<n>"``; the
+    callspec keeps one id per parametrize call in ``_idlist``. We drop exactly that id and
+    rebuild the name, so ``test_a[float32-3-50]`` -> ``test_a[float32]`` and ``test_a[2-5]`` ->
+    ``test_a``, while a user parameter that merely looks like ``3-50`` stays.
+    """
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or REPEAT_PARAM not in callspec.params:
+        return item.nodeid
+    step = callspec.params[REPEAT_PARAM]
+    ids = list(getattr(callspec, "_idlist", ()))
+    prefix = f"{int(step) + 1}-"  # type: ignore[call-overload]
+    # pytest-repeat's generate_tests hook runs after pytest's own parametrize markers are
+    # applied, so its id is the last one that has its shape; search from the end.
+    for i in range(len(ids) - 1, -1, -1):
+        tail = ids[i][len(prefix):]
+        if ids[i].startswith(prefix) and tail.isdigit():
+            del ids[i]
+            break
+    name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+    parent = item.parent.nodeid if item.parent is not None else ""
+    base = f"{parent}::{name}" if parent else name
+    return f"{base}[{'-'.join(ids)}]" if ids else base
+
+
+def _now() -> dict[str, float]:
+    return {"t": time.time(), "t_mono": time.monotonic()}
+
+
+def _warn(msg: str) -> None:
+    print(f"faulthunt: {msg}", file=sys.__stderr__, flush=True)
+
+
+def run_dir_of(config: pytest.Config) -> Path | None:
+    """The active run directory, or None when the plugin is inactive."""
+    value = config.getoption("faulthunt_run_dir", None) or os.environ.get(RUN_DIR_ENV)
+    return Path(value).resolve() if value else None
+
+
+# --- module-level hooks (the only ones registered when inactive) -------------------------------
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("faulthunt", "faulthunt: CUDA fault hunting")
+    group.addoption("--faulthunt-run-dir", dest="faulthunt_run_dir", default=None, metavar="DIR",
+                    help="record test spans, crashes and hangs into this run directory "
+                         f"(also: env {RUN_DIR_ENV}); inactive without one")
+    group.addoption("--faulthunt-no-recycle", dest="faulthunt_no_recycle", action="store_true",
+                    default=False,
+                    help="do not restart a worker after a sticky CUDA error "
+                         "(later failures in it are still labelled collateral)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    run_dir = run_dir_of(config)
+    if run_dir is None:
+        return
+    # Workers spawned later by xdist inherit the environment: the one channel we need.
+    os.environ[RUN_DIR_ENV] = str(run_dir)
+    (run_dir / Layout.EVENTS_DIR).mkdir(parents=True, exist_ok=True)
+    is_worker = hasattr(config, "workerinput")
+    # Not has_plugin("dsession"): xdist registers it in its own trylast pytest_configure, which
+    # may run after ours. Its condition is this one (xdist/plugin.py).
+    is_controller = (not is_worker and config.getoption("dist", "no") != "no"
+                     and not config.getoption("collectonly", False))
+    if not is_worker:
+        config.pluginmanager.register(ControllerRecorder(config, run_dir), "faulthunt-controller")
+    if not is_controller:
+        recycle = (os.environ.get(RECYCLE_ENV, "1") != "0"
+                   and not config.getoption("faulthunt_no_recycle", False))
+        config.pluginmanager.register(WorkerRecorder(config, run_dir, recycle=recycle),
+                                      "faulthunt-worker")
+
+
+# --- worker side -------------------------------------------------------------------------------
+
+class WorkerRecorder:
+    """Records test spans of this process and handles sticky errors and hangs."""
+
+    def __init__(self, config: pytest.Config, run_dir: Path, *, recycle: bool) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        self.pid = os.getpid()
+        self.in_xdist = hasattr(config, "workerinput")
+        self.recycle = recycle and self.in_xdist
+        self.device = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self.events = JsonlWriter(run_dir / Layout.EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl")
+        self.poisoned: dict[str, Any] | None = None
+        self.poisoned_by: str | None = None
+        self._reports: list[pytest.TestReport] = []
+        self._base: dict[str, str] = {}
+        self._hangs = 0
+        context.worker_id = self.worker
+        self.events.write({"event": "worker", "worker": self.worker, "pid": self.pid,
+                           "ppid": os.getppid(), "cuda_visible_devices": self.device,
+                           "recycle": self.recycle, **_now()})
+        self._fh_file = self._enable_faulthandler()
+        self._install_ledger()
+
+    def _record(self, event: str, nodeid: str, **fields: Any) -> None:
+        self.events.write({"event": event, "nodeid": nodeid,
+                           "base_nodeid": self._base.get(nodeid, nodeid), "worker": self.worker,
+                           "pid": self.pid, **_now(), **fields})
+
+    def _enable_faulthandler(self) -> Any:
+        import faulthandler
+
+        path = self.run_dir / FAULTHANDLER_DIR / f"{self.worker}-{self.pid}.txt"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(path, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+        except OSError as exc:
+            _warn(f"cannot open {path} for faulthandler: {exc.strerror}; crash tracebacks go to stderr")
+            return None
+        # Replaces pytest's own faulthandler target (stderr) for this process: under xdist the
+        # worker's stderr is mixed into everyone's; a file per worker keeps each traceback whole.
+        faulthandler.enable(file=fh, all_threads=True)
+        return fh
+
+    def _install_ledger(self) -> None:
+        mode = os.environ.get(LEDGER_ENV)
+        if not mode or mode == "off":
+            return
+        try:
+            from faulthunt import ledger  # engineer L's area; optional
+            install = ledger.install
+        except (ImportError, AttributeError):
+            _warn("the allocation ledger (faulthunt.ledger.install) is not available in this "
+                  "build; no ledger/ records will be written")
+            return
+        try:
+            install(self.run_dir / Layout.LEDGER_DIR, mode)
+        except Exception as exc:  # a broken ledger must not take the test run down
+            _warn(f"ledger install failed ({type(exc).__name__}: {exc}); continuing without it")
+
+    # pytest hooks ----------------------------------------------------------------------------
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            self._base[item.nodeid] = base_nodeid(item)
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+        if self.poisoned is not None and self.recycle:
+            self._recycle_before(item)
+        self._base.setdefault(item.nodeid, base_nodeid(item))
+        self._reports = []
+        self._record("start", item.nodeid, device=self.device)
+        context.set_current(item.nodeid, self._base[item.nodeid])
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            context.set_current(None, None)
+            self._finish(item, time.monotonic() - t0)
+
+    def _finish(self, item: pytest.Item, duration: float) -> None:
+        outcome, longrepr = _combine(self._reports)
+        sticky = None
+        if outcome in ("failed", "error") and longrepr:
+            match = find_sticky(longrepr)
+            if match is not None:
+                sticky = match.to_json()
+        if outcome in ("failed", "error") and self.poisoned is not None:
+            # The context was already poisoned by an earlier test in this process.
+            outcome = "collateral"
+        self._record("end", item.nodeid, outcome=outcome, duration=round(duration, 6),
+                     longrepr=longrepr[:_LONGREPR_LIMIT] if longrepr else None,
+                     sticky_cuda_error=sticky,
+                     collateral_of=self.poisoned_by if outcome == "collateral" else None)
+        if sticky is not None and self.poisoned is None:
+            self.poisoned, self.poisoned_by = sticky, item.nodeid
+
+    def _recycle_before(self, item: pytest.Item) -> None:
+        """End this worker before ``item`` runs; xdist restarts it and reschedules ``item``."""
+        self.events.write({"event": "recycle", "before": item.nodeid, "worker": self.worker,
+                           "pid": self.pid, "poisoned_by": self.poisoned_by,
+                           "error": self.poisoned, **_now()})
+        self.events.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_RECYCLE)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._reports.append(report)
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
+        """Take over pytest-timeout's thread method: dump stacks, record ``hung``, then end."""
+        if getattr(settings, "method", None) != "thread":
+            return None  # signal method: pytest-timeout's own (it fails the test, no dump)
+        from faulthunt.supervise import HangWatchdog
+
+        watchdog = HangWatchdog(float(settings.timeout), lambda: self._on_hang(item, settings))
+        item.cancel_timeout = watchdog.cancel  # type: ignore[attr-defined]  # pytest-timeout calls it
+        watchdog.start()
+        return True
+
+    def _on_hang(self, item: pytest.Item, settings: Any) -> None:
+        from faulthunt import supervise
+
+        self._hangs += 1
+        stem = f"{self.worker}-{self.pid}-{self._hangs}"
+        hang_dir = self.run_dir / HANGS_DIR
+        # The outcome first: if a dump below wedges, the record already says hung.
+        self._record("end", item.nodeid, outcome="hung", duration=float(settings.timeout),
+                     longrepr=f"hung: exceeded the {settings.timeout:g}s per-test timeout",
+                     sticky_cuda_error=None, collateral_of=None)
+        py = supervise.dump_python_stacks(hang_dir / f"{stem}.faulthandler.txt")
+        spy = supervise.pyspy_dump(self.pid, hang_dir / f"{stem}.py-spy.txt")
+        self._record("hang", item.nodeid, timeout=float(settings.timeout),
+                     faulthandler=_rel(py.path, self.run_dir), faulthandler_error=py.error,
+                     pyspy=_rel(spy.path, self.run_dir), pyspy_error=spy.error,
+                     process_tree=supervise.process_tree(self.pid))
+        msg = (f"+++ faulthunt: {item.nodeid} hung (> {settings.timeout:g}s); "
+               f"python stacks: {py.path or py.error}; native stacks: {spy.path or spy.error}; "
+               "ending the worker +++")
+        print(msg, file=sys.__stderr__, flush=True)
+        self.events.close()
+        os._exit(EXIT_HUNG)
+
+
+def _rel(path: Path | None, root: Path) -> str | None:
+    if path is None:
+        return None
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _combine(reports: list[pytest.TestReport]) -> tuple[str, str | None]:
+    """One outcome for setup/call/teardown: failed call -> failed, failed fixture -> error."""
+    outcome = "passed"
+    texts: list[str] = []
+    for rep in reports:
+        if rep.failed:
+            texts.append(rep.longreprtext)
+            if rep.when == "call":
+                outcome = "failed"
+            elif outcome == "passed" or outcome == "skipped":
+                outcome = "error"
+        elif rep.skipped and outcome == "passed":
+            outcome = "skipped"
+    if not reports:
+        outcome = "incomplete"
+    return outcome, "\n".join(texts) if texts else None
+
+
+# --- controller side ---------------------------------------------------------------------------
+
+class ControllerRecorder:
+    """Writes controller.jsonl: session bounds, dead workers, crashes, hangs, recycles."""
+
+    def __init__(self, config: pytest.Config, run_dir: Path) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.log = JsonlWriter(run_dir / Layout.CONTROLLER)
+        self._down: dict[str, dict[str, Any]] = {}
+        self.log.write({"event": "session_start", "pid": os.getpid(),
+                        "argv": list(config.invocation_params.args),
+                        "xdist": config.getoption("dist", "no") != "no", **_now()})
+
+    def _worker_records(self, worker: str) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        for path in sorted((self.run_dir / Layout.EVENTS_DIR).glob(f"{worker}-*.jsonl")):
+            records.extend(read_jsonl(path).records)
+        return records
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        if error is None:
+            return
+        from faulthunt.supervise import peek_exit
+
+        worker = str(node.gateway.id)
+        records = self._worker_records(worker)
+        pid = next((r.get("pid") for r in records if r.get("event") == "worker"), None)
+        info = peek_exit(int(pid)) if isinstance(pid, int) else None
+        down = {"worker": worker, "pid": pid, "error": str(error)[:500],
+                "exit_status": info.exit_status if info else None,
+                "signal": info.signal if info else None,
+                "signal_name": info.signal_name if info else None,
+                "device": node.gateway.spec.env.get("CUDA_VISIBLE_DEVICES")}
+        self._down[worker] = down
+        self.log.write({"event": "worker_down", **down, **_now()})
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        node = getattr(report, "node", None)
+        worker = str(node.gateway.id) if node is not None else "?"
+        records = self._worker_records(worker)
+        down = self._down.get(worker, {})
+        pid = down.get("pid")
+        start = next((r for r in reversed(records)
+                      if r.get("event") == "start" and r.get("nodeid") == crashitem), None)
+        base = start.get("base_nodeid", crashitem) if start else crashitem
+        last = records[-1] if records else {}
+        if last.get("event") == "recycle" and last.get("before") == crashitem:
+            try:
+                sched.mark_test_pending(crashitem)
+            except (NotImplementedError, AttributeError, ValueError) as exc:
+                self.log.write({"event": "recycle_lost", "nodeid": crashitem, "worker": worker,
+                                "pid": pid, "reason": f"{type(exc).__name__}: {exc}", **_now()})
+                report.longrepr = (f"faulthunt: worker {worker} was recycled after a sticky CUDA "
+                                   f"error in {last.get('poisoned_by')} and this scheduler "
+                                   "cannot reschedule the test it had queued")
+                return None
+            report.outcome = "rerun"  # type: ignore[assignment]
+            report.longrepr = (f"faulthunt: worker {worker} recycled after a sticky CUDA error in "
+                               f"{last.get('poisoned_by')}; {crashitem} rescheduled")
+            self.log.write({"event": "recycled", "worker": worker, "pid": pid,
+                            "nodeid": crashitem, "poisoned_by": last.get("poisoned_by"),
+                            "exit_status": down.get("exit_status"), **_now()})
+            return None
+        hung = next((r for r in reversed(records) if r.get("event") == "hang"
+                     and r.get("nodeid") == crashitem), None)
+        fh_tail = None
+        if pid is not None:
+            from faulthunt.supervise import tail_text
+
+            fh_tail = tail_text(self.run_dir / FAULTHANDLER_DIR / f"{worker}-{pid}.txt", 2000)
+        kind = "hung" if hung is not None else "crashed"
+        if kind == "hung":
+            report.longrepr = (f"faulthunt: {crashitem} hung in worker {worker} (pid {pid}): "
+                               f"exceeded {hung.get('timeout')}s; python stacks "
+                               f"{hung.get('faulthandler') or hung.get('faulthandler_error')}, "
+                               f"native stacks {hung.get('pyspy') or hung.get('pyspy_error')} "
+                               f"(in {self.run_dir})")
+        else:
+            how = (down.get("signal_name") and f"killed by {down['signal_name']}") or (
+                down.get("exit_status") is not None and f"exit status {down['exit_status']}") or (
+                "exit status unknown")
+            report.longrepr = (f"faulthunt: worker {worker} (pid {pid}) crashed while running "
+                               f"{crashitem}: {how}"
+                               + (f"\n{fh_tail}" if fh_tail else ""))
+        self.log.write({"event": "crash", "kind": kind, "nodeid": crashitem, "base_nodeid": base,
+                        "worker": worker, "pid": pid, "signal": down.get("signal"),
+                        "signal_name": down.get("signal_name"),
+                        "exit_status": down.get("exit_status"), "device": down.get("device"),
+                        "faulthandler": fh_tail, "started": start is not None, **_now()})
+        return None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.log.write({"event": "session_finish", "exitstatus": int(exitstatus),
+                        "shouldstop": str(session.shouldstop) if session.shouldstop else None,
+                        "shouldfail": str(session.shouldfail) if session.shouldfail else None,
+                        "testsfailed": session.testsfailed, **_now()})

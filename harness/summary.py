@@ -1,0 +1,438 @@
+"""The result of a stress run, computed from what the run directory recorded.
+
+Pure core: :func:`assemble_spans`, :func:`attribute_xids`, :func:`build_summary` take the records
+(dicts, as read from ``events/*.jsonl``, ``controller.jsonl`` and ``xid.jsonl``) and return
+dicts; :func:`summarize_run` is the thin reader around them. The schema is in docs/rundir.md.
+
+Attribution is by pid and time (docs/stress.md): an Xid line carries the pid of the process whose
+channel faulted; the worker with that pid ran a known sequence of tests, each with monotonic start
+and end times; the kernel timestamp of the Xid picks the test. A fault surfaces a moment after the
+kernel that caused it, so an Xid that lands just after a test that failed with a sticky CUDA error
+goes to that test, not to the next one. Xids without a pid (Xid 13 on drivers >= 570) borrow the
+attribution of a pid-carrying Xid on the same GPU within a few seconds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from faulthunt.records.run import FAILING, TestSpan
+from faulthunt.stats import wilson_interval
+
+#: seconds after a sticky-error test ended within which an Xid is still that test's
+STICKY_GRACE_S = 3.0
+#: a kernel timestamp further than this from when the follower saw the line is not trusted
+CLOCK_TRUST_S = 10.0
+#: window for giving a pid-less Xid the attribution of a neighbour on the same GPU
+NEIGHBOUR_S = 3.0
+
+# NVRM: GPU at PCI:0000:00:06: GPU-5c3b8a5e-7e1a-3b8c-9d0e-0123456789ab   (once per driver load)
+_GPU_UUID_RE = re.compile(
+    r"NVRM: GPU at (?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):"
+    r" (?P<uuid>GPU-[0-9a-fA-F-]{36})")
+
+
+# --- PCI / device helpers ------------------------------------------------------------------------
+
+def normalize_pci(pci: str | None) -> str | None:
+    """``0000:3b:00``, ``00000000:3B:00.0``, ``0000:3b:00.0`` -> ``0000:3b:00`` (domain:bus:dev)."""
+    if not pci:
+        return None
+    m = re.fullmatch(r"(?:PCI:)?(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})"
+                     r"(?:\.[0-7])?", pci.strip())
+    if m is None:
+        return pci.strip().lower()
+    domain = int(m.group(1) or "0", 16)
+    return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}"
+
+
+def parse_gpu_uuid_lines(text: str) -> dict[str, str]:
+    """PCI -> UUID from the driver's ``NVRM: GPU at PCI:...: GPU-<uuid>`` lines."""
+    out: dict[str, str] = {}
+    for m in _GPU_UUID_RE.finditer(text):
+        key = normalize_pci(m.group("pci"))
+        if key:
+            out[key] = m.group("uuid")
+    return out
+
+
+def build_pci_map(gpus: Iterable[Mapping[str, Any]] = (),
+                  uuid_lines: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """PCI -> {index, uuid, name} from identity's NVML GPU list and kernel-log UUID lines."""
+    out: dict[str, dict[str, Any]] = {}
+    for gpu in gpus:
+        key = normalize_pci(str(gpu.get("pci") or "")) if gpu.get("pci") else None
+        if key:
+            out[key] = {"index": gpu.get("index"), "uuid": gpu.get("uuid"), "name": gpu.get("name")}
+    for pci, uuid in (uuid_lines or {}).items():
+        entry = out.setdefault(pci, {"index": None, "uuid": None, "name": None})
+        if not entry.get("uuid"):
+            entry["uuid"] = uuid
+    return out
+
+
+def _device_label(index: Any, uuid: Any, pci: str | None) -> str | None:
+    if index is not None:
+        return str(index)
+    return uuid or pci
+
+
+# --- spans ---------------------------------------------------------------------------------------
+
+def assemble_spans(records: Iterable[Mapping[str, Any]],
+                   controller_events: Iterable[Mapping[str, Any]] = ()) -> list[TestSpan]:
+    """Pair worker ``start``/``end`` records into spans; an unpaired start is ``crashed``.
+
+    Records may come from many files in any order; within one pid they are in write order.
+    """
+    crash_by_key = {(c.get("worker"), c.get("nodeid")): c for c in controller_events
+                    if c.get("event") == "crash"}
+    open_: dict[tuple[Any, str], dict[str, Any]] = {}
+    spans: list[TestSpan] = []
+    for rec in records:
+        ev = rec.get("event")
+        nodeid = rec.get("nodeid")
+        if not isinstance(nodeid, str):
+            continue
+        key = (rec.get("pid"), nodeid)
+        if ev == "start":
+            open_[key] = dict(rec)
+        elif ev == "end":
+            start = open_.pop(key, None)
+            if start is None:
+                start = {}
+            spans.append(TestSpan(
+                nodeid=nodeid, base_nodeid=str(rec.get("base_nodeid") or nodeid),
+                worker=str(rec.get("worker") or start.get("worker") or "?"), pid=rec.get("pid"),
+                t0=start.get("t"), t0_mono=start.get("t_mono"), t1=rec.get("t"),
+                t1_mono=rec.get("t_mono"), outcome=str(rec.get("outcome") or "incomplete"),
+                longrepr=rec.get("longrepr"), sticky_cuda_error=rec.get("sticky_cuda_error"),
+                device=start.get("device")))
+    for (pid, nodeid), start in open_.items():
+        crash = crash_by_key.get((start.get("worker"), nodeid))
+        outcome = "hung" if crash is not None and crash.get("kind") == "hung" else "crashed"
+        if crash is not None:
+            how = crash.get("signal_name") or (f"exit status {crash.get('exit_status')}"
+                                               if crash.get("exit_status") is not None else None)
+            msg = f"worker {crash.get('worker')} died while running the test" + (
+                f" ({how})" if how else "")
+        else:
+            msg = "the process ended while the test was running (no controller record)"
+        spans.append(TestSpan(
+            nodeid=nodeid, base_nodeid=str(start.get("base_nodeid") or nodeid),
+            worker=str(start.get("worker") or "?"), pid=pid, t0=start.get("t"),
+            t0_mono=start.get("t_mono"), outcome=outcome, longrepr=msg,
+            device=start.get("device")))
+    spans.sort(key=lambda s: (s.t0 if s.t0 is not None else float("inf"), s.nodeid))
+    return _label_collateral(spans)
+
+
+def _label_collateral(spans: list[TestSpan]) -> list[TestSpan]:
+    """Failures after a sticky CUDA error in the same process are collateral."""
+    import dataclasses
+
+    poisoned: set[Any] = set()
+    out: list[TestSpan] = []
+    for span in spans:
+        if span.pid in poisoned and span.outcome in ("failed", "error"):
+            span = dataclasses.replace(span, outcome="collateral")
+        if span.sticky_cuda_error and span.outcome in ("failed", "error"):
+            poisoned.add(span.pid)
+        out.append(span)
+    return out
+
+
+# --- Xid attribution -----------------------------------------------------------------------------
+
+def _xid_time(xid: Mapping[str, Any]) -> tuple[float | None, str]:
+    ts, seen = xid.get("ts"), xid.get("t_seen_mono")
+    if isinstance(ts, (int, float)) and (not isinstance(seen, (int, float))
+                                         or abs(ts - seen) <= CLOCK_TRUST_S):
+        return float(ts), "kernel_time"
+    if isinstance(seen, (int, float)):
+        return float(seen), "seen_time"
+    return None, "no_time"
+
+
+def attribute_xids(xids: Iterable[Mapping[str, Any]], spans: Iterable[TestSpan],
+                   pci_map: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Each Xid with ``worker``, ``nodeid``, ``base_nodeid``, ``device`` and ``attributed_by``.
+
+    ``attributed_by``: ``pid+kernel_time`` / ``pid+seen_time`` (the test running in that pid at
+    that time), ``...+sticky`` (the sticky-error test that had just ended in that pid),
+    ``pid`` (no usable time: the pid's sticky-error test, else its last test), ``neighbour``
+    (pid-less Xid next to an attributed one on the same GPU), ``unmatched_pid`` (no worker had
+    that pid: another process, or a pid namespace), ``none``.
+    """
+    by_pid: dict[Any, list[TestSpan]] = defaultdict(list)
+    for span in spans:
+        by_pid[span.pid].append(span)
+    for lst in by_pid.values():
+        lst.sort(key=lambda s: s.t0_mono if s.t0_mono is not None else float("inf"))
+    pci_map = pci_map or {}
+    out: list[dict[str, Any]] = []
+    for xid in xids:
+        rec = dict(xid)
+        pci = normalize_pci(rec.get("pci"))
+        dev = pci_map.get(pci or "", {})
+        rec["device"] = _device_label(dev.get("index"), dev.get("uuid"), pci)
+        rec["gpu_index"] = dev.get("index")
+        rec["gpu_uuid"] = dev.get("uuid")
+        span, by = _pick_span(rec, by_pid)
+        rec["worker"] = span.worker if span else (by_pid[rec.get("pid")][0].worker
+                                                  if by_pid.get(rec.get("pid")) else None)
+        rec["nodeid"] = span.nodeid if span else None
+        rec["base_nodeid"] = span.base_nodeid if span else None
+        rec["worker_device"] = span.device if span else None
+        rec["attributed_by"] = by
+        out.append(rec)
+    _attribute_neighbours(out)
+    return out
+
+
+def _pick_span(xid: Mapping[str, Any], by_pid: Mapping[Any, list[TestSpan]]
+               ) -> tuple[TestSpan | None, str]:
+    pid = xid.get("pid")
+    if pid is None:
+        return None, "none"
+    spans = by_pid.get(pid)
+    if not spans:
+        return None, "unmatched_pid"
+    sticky = [s for s in spans if s.sticky_cuda_error]
+    t, clock = _xid_time(xid)
+    if t is None:
+        return (sticky[0] if sticky else spans[-1]), "pid"
+    containing = [s for s in spans if s.contains_mono(t)]
+    chosen = containing[-1] if containing else None
+    if chosen is None:
+        before = [s for s in spans if s.t0_mono is not None and s.t0_mono <= t]
+        chosen = before[-1] if before else spans[0]
+    if not chosen.sticky_cuda_error:
+        recent = [s for s in sticky if s.t1_mono is not None and 0 <= t - s.t1_mono <= STICKY_GRACE_S]
+        if recent:
+            return recent[-1], f"pid+{clock}+sticky"
+    return chosen, f"pid+{clock}"
+
+
+def _attribute_neighbours(xids: list[dict[str, Any]]) -> None:
+    anchors = [x for x in xids if x.get("nodeid")]
+    for x in xids:
+        if x.get("nodeid") or x.get("pid") is not None:
+            continue
+        tx, _ = _xid_time(x)
+        best, best_dt = None, None
+        for a in anchors:
+            if normalize_pci(a.get("pci")) != normalize_pci(x.get("pci")):
+                continue
+            ta, _ = _xid_time(a)
+            if tx is None or ta is None:
+                # no times: neighbours in kmsg sequence order
+                if x.get("seq") is None or a.get("seq") is None:
+                    continue
+                dt = abs(float(x["seq"]) - float(a["seq"])) / 1000.0
+            else:
+                dt = abs(tx - ta)
+            if dt <= NEIGHBOUR_S and (best_dt is None or dt < best_dt):
+                best, best_dt = a, dt
+        if best is not None:
+            for k in ("worker", "nodeid", "base_nodeid", "worker_device"):
+                x[k] = best.get(k)
+            x["attributed_by"] = "neighbour"
+
+
+# --- the summary ---------------------------------------------------------------------------------
+
+def _ci(failures: int, runs: int) -> list[float]:
+    lo, hi = wilson_interval(failures, runs)
+    return [round(lo, 4), round(hi, 4)]
+
+
+def xid_spread(xids: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per Xid number: on how many GPUs it happened, and what that suggests.
+
+    NVIDIA's Xid catalog reads the two cases differently: the same Xid repeating on one GPU points
+    at that GPU (hardware, e.g. ECC or a bad board), the same Xid across several GPUs points at the
+    application (it follows the code, not the card).
+    """
+    groups: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
+    for x in xids:
+        groups[x.get("xid")].append(x)
+    out = []
+    for number, group in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0])):
+        devices = sorted({str(x.get("device")) for x in group if x.get("device") is not None})
+        tests = sorted({str(x.get("base_nodeid")) for x in group if x.get("base_nodeid")})
+        if len(group) == 1:
+            verdict, reading = "single", "one occurrence: no pattern yet"
+        elif len(devices) > 1:
+            verdict, reading = "spread", "on several GPUs: follows the code (application)"
+        elif len(devices) == 1:
+            verdict, reading = "same_gpu", ("repeats on one GPU: suspect that device (hardware) "
+                                            "unless one test, pinned there, causes every one")
+        else:
+            verdict, reading = "unknown_device", "GPU of the Xid lines unknown"
+        out.append({"xid": number, "count": len(group), "devices": devices, "tests": tests,
+                    "verdict": verdict, "reading": reading})
+    return out
+
+
+def build_summary(spans: Iterable[Mapping[str, Any]] | Iterable[TestSpan],
+                  controller_events: Iterable[dict[str, Any]],
+                  xids: Iterable[dict[str, Any]], *,
+                  pci_map: Mapping[str, Mapping[str, Any]] | None = None,
+                  exit_status: int | None = None) -> dict[str, Any]:
+    """summary.json from worker records (or assembled spans), controller events and Xids."""
+    controller_events = list(controller_events)
+    items = list(spans)
+    if items and isinstance(items[0], TestSpan):
+        span_list: list[TestSpan] = items  # type: ignore[assignment]
+    else:
+        span_list = assemble_spans(items, controller_events)  # type: ignore[arg-type]
+    attributed = attribute_xids(xids, span_list, pci_map)
+
+    outcomes = Counter(s.outcome for s in span_list)
+    crash_by_key = {(c.get("worker"), c.get("nodeid")): c for c in controller_events
+                    if c.get("event") == "crash"}
+    failures = []
+    for s in span_list:
+        if s.outcome not in FAILING:
+            continue
+        crash = crash_by_key.get((s.worker, s.nodeid), {})
+        failures.append({
+            "nodeid": s.nodeid, "base_nodeid": s.base_nodeid,
+            "outcome": "failed" if s.outcome == "error" else s.outcome,
+            "phase": "setup/teardown" if s.outcome == "error" else None,
+            "worker": s.worker, "pid": s.pid, "device": s.device,
+            "message": _first_line(s.longrepr),
+            "sticky_cuda_error": s.sticky_cuda_error,
+            "signal": crash.get("signal"), "signal_name": crash.get("signal_name"),
+            "exit_status": crash.get("exit_status"),
+        })
+
+    xids_by_test = Counter(x.get("base_nodeid") for x in attributed if x.get("base_nodeid"))
+    per_base: dict[str, Counter[str]] = defaultdict(Counter)
+    for s in span_list:
+        per_base[s.base_nodeid][s.outcome] += 1
+    by_test = []
+    for base, counts in per_base.items():
+        collateral = counts.get("collateral", 0)
+        # Collateral runs say nothing about this test: their context was already broken.
+        runs = sum(counts.values()) - collateral - counts.get("skipped", 0)
+        fails = sum(v for k, v in counts.items() if k in FAILING and k != "collateral")
+        by_test.append({"base_nodeid": base, "runs": runs, "failures": fails,
+                        "rate": round(fails / runs, 6) if runs else 0.0,
+                        "ci95": _ci(fails, runs), "outcomes": dict(sorted(counts.items())),
+                        "collateral": collateral, "xids": xids_by_test.get(base, 0)})
+    by_test.sort(key=lambda r: (-r["failures"], -r["xids"], r["base_nodeid"]))
+
+    by_device: dict[str, dict[str, Any]] = {}
+    for s in span_list:
+        row = by_device.setdefault(s.device or "unpinned", {"device": s.device or "unpinned",
+                                                           "runs": 0, "failures": 0, "xids": 0})
+        row["runs"] += 1
+        if s.outcome in FAILING and s.outcome != "collateral":
+            row["failures"] += 1
+    for x in attributed:
+        label = x.get("device") or "unknown"
+        row = by_device.setdefault(label, {"device": label, "runs": 0, "failures": 0, "xids": 0})
+        row["xids"] += 1
+    for label, row in by_device.items():
+        for pci, dev in (pci_map or {}).items():
+            if label in (str(dev.get("index")), dev.get("uuid"), pci):
+                row.update({"pci": pci, "uuid": dev.get("uuid"), "name": dev.get("name")})
+
+    finish = next((c for c in reversed(controller_events) if c.get("event") == "session_finish"),
+                  None)
+    kinds = Counter(c.get("kind") for c in controller_events if c.get("event") == "crash")
+    workers = {
+        "processes": len({s.pid for s in span_list}),
+        "recycled": sum(1 for c in controller_events if c.get("event") == "recycled"),
+        "crashed": kinds.get("crashed", 0), "hung": kinds.get("hung", 0),
+    }
+    summary: dict[str, Any] = {
+        "tests_run": len(span_list),
+        "passed": outcomes.get("passed", 0),
+        "skipped": outcomes.get("skipped", 0),
+        "outcomes": dict(sorted(outcomes.items())),
+        "failures": failures,
+        "xids": [_xid_summary(x) for x in attributed],
+        "by_test": by_test,
+        "by_device": sorted(by_device.values(), key=lambda r: r["device"]),
+        "xid_spread": xid_spread(attributed),
+        "workers": workers,
+        "stopped_early": (finish.get("shouldstop") or finish.get("shouldfail")) if finish else None,
+        "session_finished": finish is not None,
+        "exit_status": exit_status,
+    }
+    return summary
+
+
+def found_something(summary: Mapping[str, Any]) -> bool:
+    """Failures of any kind or any Xid: the run found something (exit status 1)."""
+    return bool(summary.get("failures")) or bool(summary.get("xids"))
+
+
+def _xid_summary(x: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("xid", "pid", "worker", "nodeid", "base_nodeid", "pci", "device", "gpu_index",
+            "gpu_uuid", "worker_device", "category", "mmu", "ts", "seq", "attributed_by",
+            "process", "message")
+    return {k: x.get(k) for k in keys}
+
+
+def _first_line(text: str | None, limit: int = 300) -> str | None:
+    if not text:
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # pytest's longrepr ends with the "E   ..." line that says what failed
+    err = [ln for ln in lines if ln.startswith("E ")]
+    line = err[0][1:].strip() if err else lines[0]
+    return line[:limit]
+
+
+# --- I/O edge ------------------------------------------------------------------------------------
+
+def read_run_records(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                               list[dict[str, Any]], dict[str, int]]:
+    """(worker records, controller events, xids, skipped-line counts) of a run directory."""
+    from faulthunt.rundir import Layout, read_jsonl, read_jsonl_dir
+
+    events = read_jsonl_dir(run_dir / Layout.EVENTS_DIR)
+    controller = read_jsonl(run_dir / Layout.CONTROLLER)
+    xids = read_jsonl(run_dir / Layout.XID)
+    skipped = {"events": events.skipped, "controller": controller.skipped, "xid": xids.skipped}
+    return list(events.records), list(controller.records), list(xids.records), skipped
+
+
+def pci_map_of_run(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """PCI -> device from identity.json's GPUs and the NVRM UUID lines of the kmsg snapshots."""
+    from faulthunt.rundir import Layout, read_json
+
+    gpus: list[Mapping[str, Any]] = []
+    try:
+        ident = read_json(run_dir / Layout.IDENTITY, default={})
+        if isinstance(ident, dict) and isinstance(ident.get("gpus"), list):
+            gpus = [g for g in ident["gpus"] if isinstance(g, dict)]
+    except Exception:  # a damaged identity.json must not stop the summary
+        gpus = []
+    text = ""
+    for name in (Layout.KMSG_BEFORE, Layout.KMSG_ADDED, Layout.KMSG_AFTER):
+        try:
+            text += (run_dir / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    return build_pci_map(gpus, parse_gpu_uuid_lines(text))
+
+
+def summarize_run(run_dir: Path) -> dict[str, Any]:
+    """The summary of a run directory, from its records; writes nothing."""
+    from faulthunt.rundir import Layout, read_json
+
+    records, controller, xids, skipped = read_run_records(run_dir)
+    run = read_json(run_dir / Layout.RUN, default={})
+    summary = build_summary(records, controller, xids, pci_map=pci_map_of_run(run_dir),
+                            exit_status=run.get("exit_status") if isinstance(run, dict) else None)
+    summary["skipped_lines"] = skipped
+    return summary

@@ -1,0 +1,203 @@
+"""Supervising worker processes: hang dumps, py-spy, process trees, how a worker died.
+
+Used by the pytest plugin (worker side: the hang watchdog that dumps stacks before the worker is
+ended; controller side: the exit status of a dead worker) and by ``faulthunt stress``.
+All of this is I/O at the edge.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import errno
+import faulthandler
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+#: prctl(2) option letting another process ptrace this one under Yama ptrace_scope=1
+_PR_SET_PTRACER = 0x59616D61
+_PR_SET_PTRACER_ANY = ctypes.c_ulong(-1).value
+
+
+@dataclasses.dataclass(frozen=True)
+class DumpResult:
+    """Where a stack dump went, or why it could not be taken."""
+
+    path: Path | None
+    error: str | None = None
+
+
+def dump_python_stacks(path: Path) -> DumpResult:
+    """All threads' Python stacks via faulthandler (works while the main thread is stuck in C)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(f"# faulthandler.dump_traceback(all_threads=True) of pid {os.getpid()} "
+                     f"at {time.time():.3f}\n")
+            fh.flush()
+            faulthandler.dump_traceback(file=fh, all_threads=True)
+        return DumpResult(path)
+    except OSError as exc:
+        return DumpResult(None, f"cannot write {path}: {exc.strerror}")
+
+
+def ptrace_scope() -> int | None:
+    """Yama's kernel.yama.ptrace_scope (None when Yama is not in the kernel)."""
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def allow_ptrace_by_any() -> bool:
+    """Let any process of ours ptrace this one (needed under ptrace_scope=1 for py-spy run by a
+    child of the target, as the hang watchdog does). Harmless elsewhere."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def pyspy_dump(pid: int, path: Path, timeout: float = 30.0) -> DumpResult:
+    """``py-spy dump --native --locals --pid PID`` into ``path``; says plainly why when it can't."""
+    exe = shutil.which("py-spy")
+    if exe is None:
+        return DumpResult(None, "py-spy is not installed (pip install py-spy); "
+                                "native stacks were not dumped")
+    scope = ptrace_scope()
+    if scope == 3:
+        return DumpResult(None, "kernel.yama.ptrace_scope=3 forbids ptrace entirely; "
+                                "native stacks were not dumped")
+    allow_ptrace_by_any()
+    cmd = [exe, "dump", "--native", "--locals", "--pid", str(pid)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return DumpResult(None, f"py-spy dump did not finish in {timeout:.0f}s")
+    except OSError as exc:
+        return DumpResult(None, f"cannot run py-spy: {exc.strerror}")
+    text = proc.stdout
+    if proc.returncode != 0:
+        err = (proc.stderr or "").strip()
+        hint = ""
+        if "ermission" in err or "EPERM" in err or "ptrace" in err.lower():
+            hint = (" (ptrace not permitted: run as root, add CAP_SYS_PTRACE, e.g. "
+                    "`docker run --cap-add SYS_PTRACE`, or set kernel.yama.ptrace_scope=0)")
+        return DumpResult(None, f"py-spy dump failed with status {proc.returncode}: "
+                                f"{err[:500]}{hint}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {' '.join(cmd)}\n{text}", encoding="utf-8")
+    except OSError as exc:
+        return DumpResult(None, f"cannot write {path}: {exc.strerror}")
+    return DumpResult(path)
+
+
+def process_tree(pid: int) -> list[dict[str, object]]:
+    """The process and its descendants (pid, ppid, name, status, cmdline) via psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    out: list[dict[str, object]] = []
+    for p in procs:
+        try:
+            with p.oneshot():
+                out.append({"pid": p.pid, "ppid": p.ppid(), "name": p.name(),
+                            "status": p.status(), "cmdline": p.cmdline()[:8]})
+        except psutil.Error:
+            continue
+    return out
+
+
+class HangWatchdog:
+    """A per-test timer on a daemon thread: on expiry call ``on_hang`` (which dumps and ends).
+
+    Thread method on purpose: a SIGALRM handler never runs while the main thread sits inside a
+    CUDA synchronize (seen on the H200), a second thread does.
+    """
+
+    def __init__(self, timeout: float, on_hang: Callable[[], None]) -> None:
+        self.timeout = timeout
+        self._on_hang = on_hang
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="faulthunt-hang-watchdog",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        if not self._cancelled.wait(self.timeout):
+            self._on_hang()
+
+
+@dataclasses.dataclass(frozen=True)
+class ExitInfo:
+    """How a child process ended: exit status or the signal that killed it."""
+
+    exit_status: int | None
+    signal: int | None
+    core_dumped: bool = False
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.signal is None:
+            return None
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
+
+
+def peek_exit(pid: int, wait: float = 2.0) -> ExitInfo | None:
+    """Exit status of our dead child ``pid`` *without reaping it* (``waitid(WNOWAIT)``).
+
+    The xdist controller is the parent of its workers (execnet popen); execnet reaps them itself
+    later, so we only look. ``None`` when ``pid`` is not our child or has not exited in ``wait``.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+        except ChildProcessError:
+            return None
+        except OSError as exc:  # pragma: no cover - EINTR and friends
+            if exc.errno == errno.EINTR:
+                continue
+            return None
+        if info is not None:
+            if info.si_code == os.CLD_EXITED:
+                return ExitInfo(info.si_status, None)
+            return ExitInfo(None, info.si_status, info.si_code == os.CLD_DUMPED)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def tail_text(path: Path, limit: int = 4000) -> str | None:
+    """The last ``limit`` characters of a text file, or None when it is missing or empty."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if not data.strip():
+        return None
+    return data[-limit:].decode("utf-8", "replace")
