@@ -1,0 +1,1 @@
+"""compute-sanitizer: build its command, parse its text and XML output, reduce records to findings."""
