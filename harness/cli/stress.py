@@ -1,0 +1,88 @@
+"""``faulthunt stress``: parallel repeated pytest runs that name the test behind every crash, hang
+and Xid. Thin: parses arguments, calls :func:`faulthunt.stress.stress_and_report`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "stress-run a pytest suite (xdist + repeat) and attribute crashes, hangs and Xids to tests"
+
+
+def _workers(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"-n wants an integer or 'auto', not {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError("-n must be >= 0")
+    return n
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(passthrough=True)
+    parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG",
+                        help="test paths and pytest options; anything after `--` goes to pytest "
+                             "unchanged")
+    parser.add_argument("-n", "--workers", type=_workers, default=None,
+                        help="xdist workers (int or auto; 0 = no xdist). Default 1, or one per "
+                             "GPU with --gpus")
+    parser.add_argument("--count", type=int, default=1, help="runs of each test (pytest-repeat)")
+    parser.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
+    parser.add_argument("--maxfail", type=int, default=None,
+                        help="stop after N failures (pytest's own; everything recorded stays)")
+    parser.add_argument("-x", "--exitfirst", action="store_true",
+                        help="stop at the first failure (= --maxfail 1)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="per-test seconds before a test counts as hung (stacks are dumped, "
+                             "the worker ended)")
+    parser.add_argument("--no-launch-blocking", action="store_true",
+                        help="do not set CUDA_LAUNCH_BLOCKING=1")
+    parser.add_argument("--gpus", default=None,
+                        help="pin workers round-robin: all, or 0,1,... or GPU-<uuid>,...")
+    parser.add_argument("--run-dir", type=Path, default=None,
+                        help="use exactly this run directory (default .faulthunt/runs/<id>)")
+    parser.add_argument("--xid-source", default="auto",
+                        help="kernel log: auto, kmsg, dmesg, journalctl, nvml, file:PATH, none")
+    parser.add_argument("--ledger", default="auto",
+                        help="allocation ledger: auto, cupti, numba, cupy, torch, off")
+    parser.add_argument("--max-worker-restart", type=int, default=None,
+                        help="xdist restart budget (default 1000: stress runs crash workers)")
+    parser.add_argument("--no-recycle", action="store_true",
+                        help="keep a worker after a sticky CUDA error (later failures in it are "
+                             "labelled collateral)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no live progress or table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from faulthunt.errors import UsageError
+    from faulthunt.stress import DEFAULT_MAX_WORKER_RESTART, StressOptions, parse_gpus, stress_and_report
+
+    gpus = parse_gpus(args.gpus) if args.gpus else None
+    workers = args.workers
+    if workers is None:
+        workers = len(gpus) if gpus else 1
+    if args.count < 1:
+        raise UsageError(f"--count must be >= 1, not {args.count}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError("--timeout must be > 0 seconds")
+    maxfail = 1 if args.exitfirst else args.maxfail
+    opts = StressOptions(
+        pytest_args=tuple(args.pytest_args) + tuple(getattr(args, "extra", ()) or ()),
+        workers=workers, count=args.count, keyword=args.keyword, maxfail=maxfail,
+        timeout=args.timeout, launch_blocking=not args.no_launch_blocking, gpus=gpus,
+        run_dir=args.run_dir, xid_source=args.xid_source, ledger=args.ledger,
+        quiet=args.quiet, recycle=not args.no_recycle,
+        max_worker_restart=(args.max_worker_restart if args.max_worker_restart is not None
+                            else DEFAULT_MAX_WORKER_RESTART),
+    )
+    import sys
+
+    # Off a terminal (CI logs, files) rich would wrap the table at 80 columns.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    result = stress_and_report(opts, console=console)
+    return result.exit_status

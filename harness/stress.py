@@ -1,0 +1,573 @@
+"""``faulthunt stress``: run a pytest suite in parallel repeated workers and name what broke.
+
+The engine behind the command: makes the run directory, takes a kernel-log cursor, starts the
+Follower, runs ``pytest -p faulthunt -p xdist -p repeat -p timeout ...`` as a child (its output
+teed into ``reproducer.log``), shows live progress from the worker event files, and afterwards
+writes the kernel-log snapshots, the attributed ``xid.jsonl`` and ``summary.json``.
+
+pytest is never killed to stop early: ``--maxfail`` is pytest's own, so pytest writes its
+results and our records stay whole. Ctrl-C is forwarded once as SIGINT (pytest's own clean stop).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from faulthunt import __version__
+from faulthunt.errors import FaulthuntError, UsageError
+from faulthunt.rundir import (RUN_DIR_ENV, DEFAULT_BASE, Layout, JsonlWriter, create_run_dir,
+                              dumps, read_json, write_json_atomic, write_text_atomic)
+
+#: restart budget handed to xdist: a stress run may crash many workers (xdist's default is 4*n)
+DEFAULT_MAX_WORKER_RESTART = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class StressOptions:
+    """What ``faulthunt stress`` was asked to do (see docs/stress.md)."""
+
+    pytest_args: tuple[str, ...] = ()     # positional args and anything after `--`
+    workers: int | str = 1                # -n (int or "auto"); 0 = no xdist
+    count: int = 1                        # --count (pytest-repeat)
+    keyword: str | None = None            # -k
+    maxfail: int | None = None
+    timeout: float | None = None          # per-test seconds (thread method)
+    launch_blocking: bool = True          # CUDA_LAUNCH_BLOCKING=1
+    gpus: tuple[str, ...] | None = None   # round-robin CUDA_VISIBLE_DEVICES per worker
+    run_dir: Path | None = None           # exact dir; else a new .faulthunt/runs/<id>
+    base: Path | None = None
+    xid_source: str = "auto"              # faulthunt.kernlog.open_source spec
+    ledger: str = "auto"                  # auto|cupti|numba|cupy|torch|off
+    cwd: Path | None = None
+    env: Mapping[str, str] | None = None  # extra env for pytest
+    quiet: bool = False
+    max_worker_restart: int = DEFAULT_MAX_WORKER_RESTART
+    recycle: bool = True                  # restart a worker after a sticky CUDA error
+
+
+@dataclasses.dataclass(frozen=True)
+class StressResult:
+    run_dir: Path
+    summary: dict[str, Any]
+    exit_status: int
+
+
+# --- pure pieces ---------------------------------------------------------------------------------
+
+def parse_gpus(spec: str, device_count: Callable[[], int] | None = None) -> tuple[str, ...]:
+    """``"0,1"`` -> ("0", "1"); ``"all"`` -> every NVML device; UUIDs pass through."""
+    spec = spec.strip()
+    if spec == "all":
+        n = (device_count or nvml_device_count)()
+        if n <= 0:
+            raise UsageError("--gpus all: NVML sees no GPU on this machine",
+                             fix="pass --gpus 0,1,... explicitly, or drop --gpus")
+        return tuple(str(i) for i in range(n))
+    parts = tuple(p.strip() for p in spec.split(",") if p.strip())
+    if not parts:
+        raise UsageError(f"--gpus {spec!r} names no device", fix="use --gpus all or --gpus 0,1")
+    for p in parts:
+        if not (p.isdigit() or p.startswith(("GPU-", "MIG-"))):
+            raise UsageError(f"--gpus: {p!r} is neither a device index nor a GPU-/MIG- UUID",
+                             fix="use --gpus all, --gpus 0,1 or --gpus GPU-<uuid>,...")
+    return parts
+
+
+def nvml_device_count() -> int:
+    """Number of GPUs NVML sees (0 without a driver)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0
+
+
+def worker_count(opts: StressOptions) -> int | str:
+    if opts.gpus and opts.workers == "auto":
+        return len(opts.gpus)
+    return opts.workers
+
+
+def build_pytest_argv(opts: StressOptions, python: str = sys.executable) -> list[str]:
+    """The pytest command line a stress run executes."""
+    argv = [python, "-m", "pytest", "-p", "faulthunt", "-p", "xdist", "-p", "repeat",
+            "-p", "timeout"]
+    n = worker_count(opts)
+    if opts.gpus:
+        count = int(n) if n not in (0, "0") else len(opts.gpus)
+        # One gateway spec per worker: xdist restarts a dead worker from its spec, so the
+        # replacement keeps the slot's device (xdist/dsession.py: _clone_node).
+        for i in range(count):
+            argv += ["--tx", f"popen//env:CUDA_VISIBLE_DEVICES={opts.gpus[i % len(opts.gpus)]}"]
+        argv += ["--dist", "load"]
+    elif n not in (0, "0"):
+        argv += ["-n", str(n)]
+    if n not in (0, "0"):
+        argv += ["--max-worker-restart", str(opts.max_worker_restart)]
+    if opts.count > 1:
+        argv += ["--count", str(opts.count)]
+    if opts.keyword:
+        argv += ["-k", opts.keyword]
+    if opts.maxfail is not None:
+        argv += ["--maxfail", str(opts.maxfail)]
+    if opts.timeout:
+        # thread: the signal method cannot interrupt a CUDA synchronize.
+        argv += ["--timeout", f"{opts.timeout:g}", "--timeout-method", "thread"]
+    if not opts.recycle:
+        argv += ["--faulthunt-no-recycle"]
+    argv += list(opts.pytest_args)
+    return argv
+
+
+def build_env(opts: StressOptions, run_dir: Path,
+              base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of the pytest child."""
+    env = dict(os.environ if base is None else base)
+    env.update(opts.env or {})
+    env[RUN_DIR_ENV] = str(run_dir.resolve())
+    env["PYTHONFAULTHANDLER"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    if opts.launch_blocking:
+        env["CUDA_LAUNCH_BLOCKING"] = "1"
+    if opts.ledger:
+        env["FAULTHUNT_LEDGER"] = opts.ledger
+    if opts.gpus:
+        # CUDA_VISIBLE_DEVICES indices then mean what nvidia-smi/NVML (and our PCI map) mean.
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return env
+
+
+def exit_status_for(pytest_status: int | None, found: bool) -> int:
+    """faulthunt stress's exit status (docs/stress.md) from pytest's and what the run found."""
+    from faulthunt.cli import ExitCode
+
+    if found:
+        return ExitCode.FOUND
+    if pytest_status in (0, None):
+        return ExitCode.OK if pytest_status == 0 else ExitCode.FOUND
+    if pytest_status == 1:        # tests failed (e.g. a crash report we did not see)
+        return ExitCode.FOUND
+    if pytest_status == 2:        # interrupted
+        return ExitCode.INTERRUPTED
+    if pytest_status in (4, 5):   # usage error / no tests collected
+        return ExitCode.USAGE
+    return ExitCode.FOUND if pytest_status < 0 else ExitCode.BAD_INPUT
+
+
+_TOTAL_RES = (re.compile(r"\[(\d+) items?\]"), re.compile(r"collected (\d+) items?"))
+
+
+def parse_total(line: str) -> int | None:
+    """Number of tests from pytest/xdist's collection line."""
+    for rx in _TOTAL_RES:
+        m = rx.search(line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+# --- live progress -------------------------------------------------------------------------------
+
+class Progress:
+    """Counts from the worker event files and controller.jsonl, read incrementally."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._offsets: dict[Path, int] = {}
+        self.started = 0
+        self.outcomes: Counter[str] = Counter()
+        self.crashed = 0
+        self.hung = 0
+        self.recycled = 0
+        self.xids = 0
+        self.total: int | None = None
+        self._lock = threading.Lock()
+
+    def _new_lines(self, path: Path) -> list[str]:
+        off = self._offsets.get(path, 0)
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(off)
+                data = fh.read()
+        except OSError:
+            return []
+        cut = data.rfind(b"\n") + 1  # a line still being written waits for the next poll
+        self._offsets[path] = off + cut
+        return data[:cut].decode("utf-8", "replace").splitlines()
+
+    def poll(self) -> None:
+        import json
+
+        with self._lock:
+            for path in sorted((self.run_dir / Layout.EVENTS_DIR).glob("*.jsonl")):
+                for line in self._new_lines(path):
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if rec.get("event") == "start":
+                        self.started += 1
+                    elif rec.get("event") == "end":
+                        self.outcomes[str(rec.get("outcome"))] += 1
+            for line in self._new_lines(self.run_dir / Layout.CONTROLLER):
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("event") == "crash":
+                    if rec.get("kind") == "crashed":
+                        self.crashed += 1
+                elif rec.get("event") == "recycled":
+                    self.recycled += 1
+
+    @property
+    def done(self) -> int:
+        # hung tests wrote an end record; crashed ones never do
+        return sum(self.outcomes.values()) + self.crashed
+
+    def line(self) -> str:
+        total = f"/{self.total}" if self.total else ""
+        failed = self.outcomes.get("failed", 0) + self.outcomes.get("error", 0)
+        return (f"tests {self.done}{total}  failed {failed}  crashed {self.crashed}  "
+                f"hung {self.outcomes.get('hung', 0)}  collateral "
+                f"{self.outcomes.get('collateral', 0)}  recycled {self.recycled}  Xids {self.xids}")
+
+
+# --- kernel log ----------------------------------------------------------------------------------
+
+class KernelLogWatch:
+    """Cursor before, Follower during, snapshots after (faulthunt.kernlog, engineer K's area)."""
+
+    def __init__(self, run_dir: Path, spec: str, warn: Callable[[str], None],
+                 on_xid: Callable[[dict[str, Any]], None]) -> None:
+        self.run_dir = run_dir
+        self.spec = spec
+        self.warn = warn
+        self.on_xid = on_xid
+        self.source: Any = None
+        self.follower: Any = None
+        self.cursor: Any = None
+        self.status: dict[str, Any] = {"source": None, "error": None}
+        self._seen: dict[tuple[Any, str], float] = {}
+
+    def start(self) -> None:
+        if self.spec == "none":
+            self.status["error"] = "kernel log not followed (--xid-source none)"
+            return
+        try:
+            from faulthunt.kernlog import sources
+        except ImportError as exc:
+            self.status["error"] = f"faulthunt.kernlog is not available in this build ({exc})"
+            self.warn(self.status["error"] + "; no Xid capture")
+            return
+        try:
+            self.source = sources.open_source(self.spec, warn=self.warn)
+            self.cursor = self.source.cursor()
+            write_json_atomic(self.run_dir / Layout.KMSG_CURSOR,
+                              {"source": self.source.name, "cursor": self.cursor.to_json()})
+            self._snapshot(Layout.KMSG_BEFORE)
+            self.follower = sources.Follower(self.source, self.cursor, self._event)
+            self.follower.start()
+            self.status["source"] = self.source.name
+        except FaulthuntError as exc:
+            self.status["error"] = str(exc)
+            self.warn(f"kernel log: {exc}")
+            self.source = self.follower = None
+
+    def _snapshot(self, name: str) -> None:
+        try:
+            text = self.source.snapshot()
+        except FaulthuntError as exc:
+            text = f"# snapshot failed: {exc}\n"
+        write_text_atomic(self.run_dir / name, text)
+
+    def _event(self, event: Any) -> None:
+        rec = event.to_json()
+        now = time.monotonic()
+        self._seen.setdefault((rec.get("seq"), rec.get("raw", "")), now)
+        rec["t_seen_mono"] = now
+        rec["t_seen"] = time.time()
+        self.on_xid(rec)
+
+    def stop(self) -> list[dict[str, Any]] | None:
+        """All Xids since the cursor (None when the log was not followed)."""
+        if self.follower is None:
+            return None
+        result = self.follower.stop()
+        write_text_atomic(self.run_dir / Layout.KMSG_ADDED,
+                          "".join(line + "\n" for line in result.lines))
+        self._snapshot(Layout.KMSG_AFTER)
+        if result.lost:
+            self.status["lost"] = result.lost
+            self.warn(f"kernel log: {result.lost} records were overwritten before they were read")
+        out = []
+        for event in result.events:
+            rec = event.to_json()
+            seen = self._seen.get((rec.get("seq"), rec.get("raw", "")))
+            if seen is not None:
+                rec["t_seen_mono"] = seen
+            out.append(rec)
+        return out
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+def _identity() -> dict[str, Any]:
+    try:
+        from faulthunt.identity import collect_basic
+    except ImportError as exc:
+        return {"error": f"faulthunt.identity not available ({exc})"}
+    try:
+        return collect_basic()
+    except Exception as exc:  # collect_basic promises not to raise; be safe anyway
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = None,
+               console: Any = None) -> StressResult:
+    """Run one stress hunt; everything recorded lands in the run directory."""
+    from faulthunt.redact import redact_env
+    from faulthunt.summary import (attribute_xids, assemble_spans, build_summary,
+                                   found_something, pci_map_of_run, read_run_records)
+
+    cwd = (opts.cwd or Path.cwd()).resolve()
+    base = opts.base if opts.base is not None else cwd / DEFAULT_BASE
+    run_dir = create_run_dir(opts.run_dir, base).resolve()
+    (run_dir / "hangs").mkdir(exist_ok=True)
+    argv = build_pytest_argv(opts)
+    env = build_env(opts, run_dir)
+    started = time.time()
+    run_info: dict[str, Any] = {
+        # pytest_args: what to hand pytest to run these tests again (sanitize, stage);
+        # pytest_argv: the exact command this run executed.
+        "id": run_dir.name, "argv": list(sys.argv), "pytest_args": list(opts.pytest_args),
+        "pytest_argv": argv, "cwd": str(cwd),
+        "started": started, "ended": None, "faulthunt_version": __version__,
+        "exit_status": None, "options": dataclasses.asdict(opts),
+    }
+    write_json_atomic(run_dir / Layout.RUN, run_info)
+    write_json_atomic(run_dir / Layout.IDENTITY, _identity())
+    write_json_atomic(run_dir / Layout.ENV, redact_env(env))
+
+    warnings: list[str] = []
+
+    def warn(msg: str) -> None:
+        warnings.append(msg)
+        if not opts.quiet:
+            print(f"faulthunt stress: {msg}", file=sys.stderr, flush=True)
+
+    progress = Progress(run_dir)
+    live_xids = JsonlWriter(run_dir / Layout.XID)
+    xid_lock = threading.Lock()
+
+    def on_xid(rec: dict[str, Any]) -> None:
+        # Attributed live with the spans so far and appended at once: a controller killed
+        # mid-run keeps every Xid it saw. Rewritten with the final attribution at the end.
+        with xid_lock:
+            try:
+                records, controller, _, _ = read_run_records(run_dir)
+                rec = attribute_xids([rec], assemble_spans(records, controller))[0]
+            except Exception:  # attribution must never lose the event
+                pass
+            live_xids.write(rec)
+            progress.xids += 1
+
+    kernlog = KernelLogWatch(run_dir, opts.xid_source, warn, on_xid)
+    kernlog.start()
+
+    pytest_status: int | None = None
+    interrupted = False
+    log = open(run_dir / Layout.REPRODUCER_LOG, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=False)
+    except OSError as exc:
+        log.close()
+        raise FaulthuntError(f"cannot start pytest ({argv[0]}): {exc.strerror}",
+                             fix="is pytest installed in this Python?") from exc
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace")
+            log.write(line)
+            log.flush()
+            if progress.total is None:
+                progress.total = parse_total(line)
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+
+    reader = threading.Thread(target=pump, name="faulthunt-pytest-output", daemon=True)
+    reader.start()
+    live = _live(console, progress, opts.quiet)
+    try:
+        while True:
+            try:
+                pytest_status = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                progress.poll()
+                if live is not None:
+                    live.update(progress.line())
+            except KeyboardInterrupt:
+                if interrupted:  # second Ctrl-C: stop waiting politely
+                    proc.terminate()
+                else:
+                    interrupted = True
+                    # pytest's own KeyboardInterrupt path writes its results; we keep waiting.
+                    proc.send_signal(signal.SIGINT)
+    finally:
+        reader.join(timeout=10)
+        log.close()
+        progress.poll()
+        if live is not None:
+            live.update(progress.line())
+            live.stop()
+        xids = kernlog.stop()
+        live_xids.close()
+
+    records, controller, live_recorded, skipped = read_run_records(run_dir)
+    if xids is None:
+        xids = live_recorded  # e.g. a file: source that could not be followed: keep what we have
+    pci_map = pci_map_of_run(run_dir)
+    spans = assemble_spans(records, controller)
+    attributed = attribute_xids(xids, spans, pci_map)
+    write_text_atomic(run_dir / Layout.XID, "".join(dumps(x) + "\n" for x in attributed))
+    summary = build_summary(spans, controller, attributed, pci_map=pci_map)
+    exit_status = exit_status_for(pytest_status, found_something(summary))
+    if interrupted:
+        from faulthunt.cli import ExitCode
+
+        exit_status = ExitCode.INTERRUPTED
+    summary["exit_status"] = int(exit_status)
+    summary["pytest_exit_status"] = pytest_status
+    summary["skipped_lines"] = skipped
+    summary["kernel_log"] = kernlog.status
+    summary["warnings"] = warnings
+    write_json_atomic(run_dir / Layout.SUMMARY, summary)
+    run_info.update(ended=time.time(), exit_status=int(exit_status), pytest_exit_status=pytest_status)
+    write_json_atomic(run_dir / Layout.RUN, run_info)
+    _map_run(run_dir, summary, warn)
+    return StressResult(run_dir, summary, int(exit_status))
+
+
+def _map_run(run_dir: Path, summary: dict[str, Any], warn: Callable[[str], None]) -> None:
+    """faulthunt.mapper.map_run when the mapper is part of this build (engineer L's area)."""
+    if not summary.get("xids") and not any((run_dir / Layout.LEDGER_DIR).glob("*.jsonl")):
+        return
+    try:
+        from faulthunt.mapper import map_run
+    except ImportError:
+        return
+    try:
+        map_run(run_dir)
+    except FaulthuntError as exc:
+        warn(f"mapping fault addresses: {exc}")
+    except Exception as exc:  # the stress result stands even if mapping breaks
+        warn(f"mapping fault addresses failed: {type(exc).__name__}: {exc}")
+
+
+class _LiveLine:
+    def __init__(self, live: Any, text_cls: Any) -> None:
+        self._live, self._text = live, text_cls
+
+    def update(self, line: str) -> None:
+        self._live.update(self._text(line))
+
+    def stop(self) -> None:
+        self._live.stop()
+
+
+def _live(console: Any, progress: Progress, quiet: bool) -> _LiveLine | None:
+    """A one-line rich Live display on a terminal; nothing when quiet or not a terminal."""
+    if quiet or console is None or not getattr(console, "is_terminal", False):
+        return None
+    from rich.live import Live
+    from rich.text import Text
+
+    live = Live(Text(progress.line()), console=console, refresh_per_second=4, transient=False)
+    live.start()
+    return _LiveLine(live, Text)
+
+
+# --- the terminal summary ------------------------------------------------------------------------
+
+def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> None:
+    """The end-of-run table: failing base tests, k of n, rate, 95% interval, Xids, mapping."""
+    from rich.table import Table
+
+    mapping = read_json(run_dir / Layout.MAPPING, default=None)
+    verdicts: dict[str, list[str]] = {}
+    if isinstance(mapping, list):
+        for m in mapping:
+            if isinstance(m, dict):
+                key = str(m.get("base_nodeid") or m.get("nodeid") or "")
+                verdicts.setdefault(key, []).append(str(m.get("verdict")))
+    xid_by_test: dict[str, Counter[str]] = {}
+    for x in summary.get("xids", []):
+        xid_by_test.setdefault(str(x.get("base_nodeid")), Counter())[str(x.get("xid"))] += 1
+    failing = [r for r in summary.get("by_test", []) if r["failures"] or r["xids"]]
+    if failing:
+        table = Table(title="failing tests", show_lines=False)
+        for col in ("test", "k of n runs", "rate", "95% interval", "outcomes", "Xids", "mapping"):
+            table.add_column(col, overflow="fold")
+        for r in failing:
+            outs = ", ".join(f"{k} {v}" for k, v in r["outcomes"].items() if k != "passed")
+            xs = ", ".join(f"{k}x{v}" if v > 1 else k
+                           for k, v in sorted(xid_by_test.get(r["base_nodeid"], Counter()).items()))
+            vs = ", ".join(sorted(set(verdicts.get(r["base_nodeid"], []))))
+            lo, hi = r["ci95"]
+            table.add_row(r["base_nodeid"], f"{r['failures']} of {r['runs']}",
+                          f"{r['rate']:.1%}", f"{lo:.1%}-{hi:.1%}", outs, xs or "-", vs or "-")
+        console.print(table)
+    unattributed = [x for x in summary.get("xids", []) if not x.get("base_nodeid")]
+    if unattributed:
+        console.print(f"{len(unattributed)} Xid(s) not attributed to a test "
+                      "(another process, or no matching pid): see xid.jsonl")
+    spread = [s for s in summary.get("xid_spread", []) if s["verdict"] in ("same_gpu", "spread")]
+    for s in spread:
+        console.print(f"Xid {s['xid']}: {s['count']} on GPU(s) {', '.join(s['devices'])}: "
+                      f"{s['reading']}")
+    devices = [d for d in summary.get("by_device", []) if d["device"] != "unpinned"]
+    if len(devices) > 1:
+        console.print("by device: " + "; ".join(
+            f"{d['device']}: {d['failures']} failed of {d['runs']}, {d['xids']} Xids"
+            for d in devices))
+    w = summary.get("workers", {})
+    outcomes = summary.get("outcomes", {})
+    console.print(
+        f"{summary.get('tests_run', 0)} test runs: {outcomes.get('passed', 0)} passed, "
+        f"{len(summary.get('failures', []))} failing ({outcomes.get('collateral', 0)} collateral), "
+        f"{len(summary.get('xids', []))} Xids; workers crashed {w.get('crashed', 0)}, "
+        f"hung {w.get('hung', 0)}, recycled {w.get('recycled', 0)}"
+        + (f"; stopped early: {summary['stopped_early']}" if summary.get("stopped_early") else ""))
+    console.print(f"run directory: {run_dir}")
+
+
+def stress_and_report(opts: StressOptions, console: Any = None) -> StressResult:
+    """run_stress plus the terminal output (what the CLI calls)."""
+    result = run_stress(opts, console=console)
+    if console is not None and not opts.quiet:
+        render_summary(result.summary, result.run_dir, console)
+    return result
+
+
+__all__: Sequence[str] = ("StressOptions", "StressResult", "run_stress", "build_pytest_argv",
+                          "build_env", "parse_gpus", "render_summary", "exit_status_for")
