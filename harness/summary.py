@@ -38,10 +38,11 @@ _GPU_UUID_RE = re.compile(
 
 # --- PCI / device helpers ------------------------------------------------------------------------
 
-def normalize_pci(pci: str | None) -> str | None:
+def normalize_pci(pci: object) -> str | None:
     """``0000:3b:00``, ``00000000:3B:00.0``, ``0000:3b:00.0`` -> ``0000:3b:00`` (domain:bus:dev)."""
-    if not pci:
+    if pci is None or pci == "":
         return None
+    pci = str(pci)
     m = re.fullmatch(r"(?:PCI:)?(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})"
                      r"(?:\.[0-7])?", pci.strip())
     if m is None:
@@ -231,9 +232,13 @@ def _attribute_neighbours(xids: list[dict[str, Any]]) -> None:
             ta, _ = _xid_time(a)
             if tx is None or ta is None:
                 # no times: neighbours in kmsg sequence order
-                if x.get("seq") is None or a.get("seq") is None:
+                sx, sa = x.get("seq"), a.get("seq")
+                if not isinstance(sx, (int, float)) or not isinstance(sa, (int, float)):
                     continue
-                dt = abs(float(x["seq"]) - float(a["seq"])) / 1000.0
+                # within a few kmsg records of each other (one fault prints 13s and a 31 together)
+                if abs(float(sx) - float(sa)) > 5:
+                    continue
+                dt = abs(float(sx) - float(sa)) * 1e-3
             else:
                 dt = abs(tx - ta)
             if dt <= NEIGHBOUR_S and (best_dt is None or dt < best_dt):
