@@ -374,9 +374,9 @@ class ControllerRecorder:
                      and r.get("nodeid") == crashitem), None)
         fh_tail = None
         if pid is not None:
-            from faulthunt.supervise import tail_text
+            from faulthunt.supervise import head_text
 
-            fh_tail = tail_text(self.run_dir / FAULTHANDLER_DIR / f"{worker}-{pid}.txt", 2000)
+            fh_tail = head_text(self.run_dir / FAULTHANDLER_DIR / f"{worker}-{pid}.txt", 3000)
         kind = "hung" if hung is not None else "crashed"
         if kind == "hung":
             report.longrepr = (f"faulthunt: {crashitem} hung in worker {worker} (pid {pid}): "

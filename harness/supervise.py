@@ -192,12 +192,17 @@ def peek_exit(pid: int, wait: float = 2.0) -> ExitInfo | None:
         time.sleep(0.02)
 
 
-def tail_text(path: Path, limit: int = 4000) -> str | None:
-    """The last ``limit`` characters of a text file, or None when it is missing or empty."""
+def head_text(path: Path, limit: int = 4000) -> str | None:
+    """The first ``limit`` characters of a text file, or None when it is missing or empty.
+
+    For faulthandler output the head is what matters: "Fatal Python error: Aborted", then the
+    crashing thread's frames, innermost (the test) first.
+    """
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as fh:
+            data = fh.read(limit)
     except OSError:
         return None
     if not data.strip():
         return None
-    return data[-limit:].decode("utf-8", "replace")
+    return data.decode("utf-8", "replace")
