@@ -1,0 +1,136 @@
+"""``faulthunt map``: fault address -> allocation, kernel and test (docs/mapper.md)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+from faulthunt.errors import UsageError
+
+HELP = "map fault addresses (Xid 31 pages, sanitizer addresses) to allocations, kernels and tests"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("addresses", nargs="*", metavar="ADDRESS",
+                        help="0x7f7d_dbe00000 (as Xid prints it), 0x7f7ddbe00000 or decimal; "
+                             "none with --run: map every Xid 31 and sanitizer address of the run")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--run", help="run directory or id (default: the latest run)")
+    src.add_argument("--ledger", action="append", type=Path, metavar="FILE",
+                     help="ledger file or directory (repeatable) instead of a run's ledger/")
+    parser.add_argument("--pid", type=int, help="the faulting process (Xid's pid=); default: try all")
+    parser.add_argument("--at", type=float, metavar="T",
+                        help="wall-clock time of the fault (time.time() seconds); default: end of the ledger")
+    parser.add_argument("--page", action="store_true",
+                        help="each address names a 4 KiB page (Xid 31), not a byte: offset ranges")
+    parser.add_argument("--json", action="store_true", help="one JSON object per address, one a line")
+
+
+def run(args: argparse.Namespace) -> int:
+    from faulthunt.ledger.reader import load_ledger
+    from faulthunt.mapper import map_address, map_run, parse_address
+    from faulthunt.rundir import Layout, resolve_run_dir
+
+    addresses = [parse_address(a) for a in args.addresses]
+    if args.ledger:
+        ledger = load_ledger(args.ledger if len(args.ledger) > 1 else args.ledger[0])
+        run_dir = None
+    else:
+        run_dir = resolve_run_dir(args.run)
+        if not addresses:
+            entries = map_run(run_dir)
+            _emit_run(entries, run_dir / Layout.MAPPING, args.json, sys.stdout)
+            return 0
+        ledger = load_ledger(run_dir / Layout.LEDGER_DIR)
+    if not addresses:
+        raise UsageError("no address given", fix="faulthunt map 0x7f7d_dbe00000 --ledger FILE, or --run RUN alone")
+    if ledger.skipped:
+        print(f"faulthunt map: skipped {ledger.skipped} malformed ledger line(s)"
+              + (f" (torn last line in {len(ledger.torn_files)} file(s): a writer was killed)"
+                 if ledger.torn_files else ""), file=sys.stderr)
+    for addr in addresses:
+        v = map_address(ledger, addr, pid=args.pid, at=args.at, page=args.page)
+        if args.json:
+            print(json.dumps(v.to_json()), flush=True)
+        else:
+            print(render(v.to_json()), flush=True)
+    return 0
+
+
+def _emit_run(entries: list[dict[str, Any]], path: Path, as_json: bool, out: IO[str]) -> None:
+    if as_json:
+        for e in entries:
+            out.write(json.dumps(e) + "\n")
+        return
+    if not entries:
+        out.write("no Xid 31 and no sanitizer finding with an address in this run\n")
+    for e in entries:
+        head = (f"[xid 31, seq {e.get('seq')}]" if e.get("origin") == "xid"
+                else f"[sanitizer {e.get('kind')} in {e.get('kernel')}]")
+        out.write(f"{head} {render(e)}\n")
+    out.write(f"written: {path}\n")
+
+
+def _t(t: float | None) -> str:
+    if t is None:
+        return "?"
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _alloc(a: dict[str, Any]) -> str:
+    s = f"{a.get('kind', 'device')} {hex(a['address'])}+{a['size']} ({a.get('source') or '?'}"
+    if a.get("nodeid"):
+        s += f", allocated in {a['nodeid']}"
+    return s + f" at {_t(a.get('t'))})"
+
+
+def _off(o: Any) -> str:
+    return f"[{o[0]}, {o[1]}]" if isinstance(o, list) else str(o)
+
+
+def render(e: dict[str, Any]) -> str:
+    """Human-readable lines for one verdict object (as ``to_json`` makes it)."""
+    v = e.get("verdict")
+    where = e["address"] + (" (4 KiB page)" if e.get("page") else "")
+    if v is None:
+        return f"{where}: not mapped: {e.get('reason')}"
+    lines = [f"{where} pid {e.get('pid')}: {v.upper()}"]
+    a = e.get("allocation")
+    if a:
+        lines.append(f"  allocation: {_alloc(a)}, offset {_off(e.get('offset'))}")
+        freed = a.get("freed")
+        if v == "freed" and freed:
+            by = f" in {freed['nodeid']}" if freed.get("nodeid") else ""
+            lines.append(f"  freed at {_t(freed.get('t'))}{by} ({freed.get('source') or '?'})")
+            if freed.get("stack"):
+                lines.append(f"  freed from {freed['stack'][0]}")
+        if a.get("stack"):
+            lines.append(f"  allocated from {a['stack'][0]}")
+    if v == "null_page":
+        lines.append(f"  a null pointer plus {_off(e.get('offset'))} bytes")
+    if e.get("container") and v in ("pool_slack", "freed", "inside"):
+        lines.append(f"  in pool chunk {_alloc(e['container'])}")
+    near = e.get("nearest") or {}
+    if v in ("unmapped", "past_end", "before_start", "pool_slack"):
+        for side in ("below", "above"):
+            n = near.get(side)
+            if n:
+                lines.append(f"  nearest {side}: {_alloc(n['allocation'])}, distance {_off(n['distance'])}")
+            elif v == "unmapped":
+                lines.append(f"  nearest {side}: none")
+    ks = e.get("launches") or []
+    if ks:
+        since = f"since sync at {_t(e['launches_since'])}" if e.get("launches_since") else "last recorded"
+        lines.append(f"  kernels ({since}): " + ", ".join(k.get("kernel", "?") for k in ks[-5:]))
+    if e.get("nodeid"):
+        lines.append(f"  test running: {e['nodeid']}")
+    if e.get("note"):
+        lines.append(f"  note: {e['note']}")
+    for p in e.get("pieces") or []:
+        if len(e["pieces"]) > 1:
+            lines.append(f"  piece {p['range'][0]}..{p['range'][1]}: {p['verdict']} offset {_off(p['offset'])}")
+    return "\n".join(lines)

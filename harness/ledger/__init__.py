@@ -1,0 +1,257 @@
+"""The allocation ledger: every GPU allocation, free and kernel launch of a process, on disk.
+
+:func:`install` starts recording in the calling process into ``ledger_dir/<pid>.jsonl`` and must
+run before the process creates its CUDA context (the pytest plugin calls it from
+``pytest_configure`` when ``FAULTHUNT_LEDGER`` is set). Sources (docs/ledger.md):
+
+``cupti``      framework-independent: CUPTI activity MEMORY2 (every driver-level allocation and
+               release, async pools and VMM included) and driver-API callbacks for launches and
+               synchronizations, with the Python stack (:mod:`.cupti_source`)
+``numba``      numba-cuda External Memory Management plugin: Python-level frees vs the deferred
+               driver frees (:mod:`.numba_emm`)
+``cupy``       ``cupy.cuda.MemoryHook``: pool chunks and the arrays inside them (:mod:`.cupy_hook`)
+``torch``      ``torch.cuda.memory._record_memory_history``: segments, blocks, free_requested /
+               free_completed (:mod:`.torch_trace`)
+``cuda_core``  a recording wrapper around cuda.core's device memory resource (:mod:`.cuda_core`)
+
+Framework refinements are installed when the framework is imported (a post-import hook), so a
+worker that never imports torch pays nothing for it and one that does is hooked before its first
+allocation. ``mode``: ``auto`` (CUPTI if it works, plus every refinement), ``cupti`` (CUPTI only),
+``numba`` / ``cupy`` / ``torch`` / ``cuda_core`` (that refinement only), ``off``. What was chosen,
+and why anything was not, is said once on stderr.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol
+
+from faulthunt.errors import UsageError
+from faulthunt.ledger.writer import LedgerWriter
+from faulthunt.records.ledger import EVENT_NOTE
+
+MODES = ("auto", "cupti", "numba", "cupy", "torch", "cuda_core", "off")
+#: environment variable through which stress tells workers which ledger mode to use
+LEDGER_ENV = "FAULTHUNT_LEDGER"
+REFINEMENTS = ("numba", "cupy", "torch", "cuda_core")
+#: the module whose import triggers each refinement
+TRIGGER = {"numba": "numba.cuda", "cupy": "cupy", "torch": "torch.cuda", "cuda_core": "cuda.core"}
+
+
+class Source(Protocol):
+    """A started recording source."""
+
+    name: str
+
+    def stop(self) -> None: ...
+
+
+@dataclasses.dataclass
+class Plan:
+    """What :func:`install` will start: the CUPTI decision and the refinements to arm. Pure data."""
+
+    cupti: bool
+    refinements: tuple[str, ...]
+    messages: tuple[str, ...]
+
+
+def plan(mode: str, cupti_problem: Callable[[], str | None]) -> Plan:
+    """Decide what to start for ``mode`` (pure given the probe).
+
+    ``cupti_problem()`` returns None when CUPTI can be used, else why not (with the fix).
+    Refinements are always armed for their mode (they only act if the framework is imported).
+    """
+    if mode not in MODES:
+        raise UsageError(f"unknown ledger mode {mode!r}", fix=f"use one of: {', '.join(MODES)}")
+    if mode == "off":
+        return Plan(False, (), ("ledger off",))
+    if mode in REFINEMENTS:
+        return Plan(False, (mode,), (f"ledger: {mode} only (armed for when {TRIGGER[mode]} is imported); "
+                                     "no driver-level records and no launches without CUPTI",))
+    problem = cupti_problem()
+    if mode == "cupti":
+        if problem:
+            return Plan(False, (), (f"ledger: cupti requested but unavailable: {problem}",))
+        return Plan(True, (), ("ledger: cupti (MEMORY2 activity + launch/sync callbacks)",))
+    if problem:
+        msg = (f"ledger: auto: CUPTI unavailable ({problem}); framework refinements only "
+               f"({', '.join(REFINEMENTS)}, each when imported): no launch records")
+        return Plan(False, REFINEMENTS, (msg,))
+    return Plan(True, REFINEMENTS, (f"ledger: auto: cupti + refinements ({', '.join(REFINEMENTS)}, each when imported)",))
+
+
+class _HookLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any, after: Callable[[ModuleType], None]) -> None:
+        self._inner, self._after = inner, after
+
+    def create_module(self, spec: Any) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        self._after(module)
+
+
+class PostImportHooks(importlib.abc.MetaPathFinder):
+    """Runs a callback right after a named module has been imported (once each)."""
+
+    def __init__(self) -> None:
+        self._hooks: dict[str, Callable[[ModuleType], None]] = {}
+        self._busy: set[str] = set()
+
+    def add(self, name: str, hook: Callable[[ModuleType], None]) -> None:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            hook(mod)
+            return
+        self._hooks[name] = hook
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        hook = self._hooks.get(fullname)
+        if hook is None or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.discard(fullname)
+        if spec is None or spec.loader is None:
+            return None
+        del self._hooks[fullname]
+
+        def after(module: ModuleType) -> None:
+            try:
+                hook(module)
+            except Exception as exc:  # a broken refinement must never break the import
+                print(f"faulthunt ledger: {fullname} refinement failed: {exc!r}", file=sys.stderr)
+
+        spec.loader = _HookLoader(spec.loader, after)
+        return spec
+
+    def remove(self) -> None:
+        self._hooks.clear()
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+
+class LedgerHandle:
+    """The ledger running in this process: its writer and started sources."""
+
+    def __init__(self, writer: LedgerWriter, plan_: Plan) -> None:
+        self.writer = writer
+        self.plan = plan_
+        self.sources: list[Source] = []
+        self.hooks = PostImportHooks()
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    @property
+    def source_names(self) -> list[str]:
+        return [s.name for s in self.sources]
+
+    def note(self, message: str) -> None:
+        self.writer.record(EVENT_NOTE, "ledger", message=message)
+
+    def arm(self, name: str) -> None:
+        """Install refinement ``name`` when its framework is imported (now if it already is)."""
+        def start(_module: ModuleType) -> None:
+            mod = importlib.import_module(f"faulthunt.ledger.{name}")
+            src = mod.start(self.writer)
+            if src is not None:
+                with self._lock:
+                    self.sources.append(src)
+                self.note(f"{name} refinement installed")
+        self.hooks.add(TRIGGER[name], start)
+
+    def flush(self) -> None:
+        for s in list(self.sources):
+            fl = getattr(s, "flush", None)
+            if fl is not None:
+                try:
+                    fl()
+                except Exception:
+                    pass
+
+    def stop(self) -> None:
+        """Flush and stop every source (also run at exit)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.hooks.remove()
+        for s in reversed(self.sources):
+            try:
+                s.stop()
+            except Exception as exc:
+                print(f"faulthunt ledger: stopping {s.name} failed: {exc!r}", file=sys.stderr)
+        self.writer.close()
+
+
+_active: LedgerHandle | None = None
+
+
+def active() -> LedgerHandle | None:
+    """The ledger installed in this process, if any."""
+    return _active
+
+
+def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> LedgerHandle | None:
+    """Start recording in this process into ``ledger_dir/<pid>.jsonl``.
+
+    Call before the process creates a CUDA context. Returns None (having said why on stderr)
+    when nothing can record; installing twice returns the running handle.
+    """
+    global _active
+    if _active is not None:
+        return _active
+    from faulthunt.ledger import cupti_source
+
+    p = plan(mode, cupti_source.problem)
+    say = (lambda m: None) if quiet else (lambda m: print(f"faulthunt {m}", file=sys.stderr))
+    if not p.cupti and not p.refinements:
+        for m in p.messages:
+            say(m)
+        return None
+    handle = LedgerHandle(LedgerWriter(ledger_dir), p)
+    if p.cupti:
+        try:
+            src = cupti_source.start(handle.writer, say=say)
+            handle.sources.append(src)
+        except Exception as exc:
+            # CUPTI passed the probe but would not start (another profiler, driver trouble).
+            msg = f"ledger: CUPTI failed to start ({exc}); continuing with framework refinements"
+            say(msg)
+            handle.note(msg)
+            if not p.refinements:
+                handle.writer.close()
+                return None
+    for m in p.messages:
+        say(m)
+        handle.note(m)
+    for name in p.refinements:
+        handle.arm(name)
+    _active = handle
+    atexit.register(handle.stop)
+    return handle
+
+
+def uninstall() -> None:
+    """Stop the ledger of this process (tests; normal runs stop at exit)."""
+    global _active
+    if _active is not None:
+        _active.stop()
+        _active = None
+
+
+__all__ = ["install", "uninstall", "active", "plan", "Plan", "LedgerHandle", "MODES", "LEDGER_ENV",
+           "PostImportHooks"]

@@ -1,0 +1,295 @@
+"""CUPTI source: every driver-level allocation and release, every launch and synchronization.
+
+Uses the ``cupti-python`` package (``from cupti import cupti``; pick the release matching the CUDA
+major in use: ``pip install 'cupti-python==13.*'`` for CUDA 13). API names below are those of
+cupti-python 13.0 (``cupti/cupti.pyi`` and its bundled samples):
+
+- Activity API: ``activity_enable(ActivityKind.MEMORY2)`` gives one ``ActivityMemory4`` record
+  per allocation and per release (``memory_operation_type`` ALLOCATION / RELEASE, ``address``,
+  ``bytes``, ``memory_kind``, ``timestamp`` in CUPTI ns, ``correlation_id``, ``is_async``,
+  ``memory_pool_config``), async pools and VMM included; delivered in buffers through
+  ``activity_register_callbacks(buffer_requested, buffer_completed)``.
+- Callback API: ``subscribe_v2(callback, userdata, SubscriberParams.ptr)`` and
+  ``enable_callback(1, subscriber, CallbackDomain.DRIVER_API, driver_api_trace_cbid.X)`` for the
+  launch, allocation and synchronization entry points. The callback runs on the calling thread,
+  so the Python stack is there to take; ``cbdata.symbol_name`` names the kernel and
+  ``cbdata.correlation_id`` joins a call to its MEMORY2 record.
+
+Crash safety: launch and sync records are written in the callback, before the kernel runs.
+Allocation records arrive in activity buffers, so before a launch that follows any allocation
+API call the buffers are force-flushed (``activity_flush_all(ActivityFlag.FLUSH_FORCED)``): every
+allocation a kernel could touch is on disk before the kernel starts. ``FAULTHUNT_LEDGER_FLUSH=period``
+trades that for a 100 ms periodic flush (less overhead, a window of loss on abort).
+
+Only one CUPTI subscriber may exist per process (Nsight Systems, another profiler): then
+``subscribe_v2`` fails with ``ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED``; the ledger says who holds it
+and falls back to activity records alone (allocations, no launches or stacks).
+
+The pure parts (:func:`memory_record`, :func:`callback_record`, :class:`Clock`) take plain
+attribute-bearing objects so they are unit-tested without CUPTI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from faulthunt import context
+from faulthunt.ledger.writer import LedgerWriter, python_stack
+from faulthunt.records.ledger import EVENT_ALLOC, EVENT_FREE, EVENT_LAUNCH, EVENT_NOTE, EVENT_SYNC, KIND_DEVICE
+
+NAME = "cupti"
+#: CUpti_ActivityMemoryOperationType (cupti_activity.h); checked against cupti's enum at start
+OP_ALLOCATION = 1
+OP_RELEASE = 2
+#: CUpti_ActivityMemoryKind names by value (cupti_activity.h)
+MEMORY_KINDS = {0: "unknown", 1: "pageable", 2: "pinned", 3: "device", 4: "array", 5: "managed",
+                6: "device_static", 7: "managed_static"}
+#: CUpti_ActivityMemoryPoolType
+POOL_TYPES = {0: None, 1: "local", 2: "imported"}
+
+LAUNCH_APIS = ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
+               "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch",
+               "cuGraphLaunch_ptsz", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunch")
+ALLOC_APIS = ("cuMemAlloc_v2", "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemAllocAsync",
+              "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz",
+              "cuMemCreate", "cuMemMap", "cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
+              "cuMemUnmap", "cuMemRelease")
+SYNC_APIS = {"cuCtxSynchronize": "context", "cuCtxSynchronize_v2": "context",
+             "cuStreamSynchronize": "stream", "cuStreamSynchronize_ptsz": "stream",
+             "cuEventSynchronize": "event"}
+#: correlation ids whose stack waits for its MEMORY2 record; bounded so a lost record can't leak
+MAX_PENDING = 4096
+FLUSH_ENV = "FAULTHUNT_LEDGER_FLUSH"
+
+
+@dataclasses.dataclass(frozen=True)
+class Clock:
+    """CUPTI timestamps (ns, CUPTI's own clock) -> wall and monotonic seconds.
+
+    Taken once at start from ``get_timestamp()`` read between two ``time.time()`` calls; CUPTI's
+    clock and the wall clock run at the same rate over a test run.
+    """
+
+    cupti_ns: int
+    wall: float
+    mono: float
+
+    def wall_of(self, ns: int) -> float:
+        return self.wall + (ns - self.cupti_ns) / 1e9
+
+    def mono_of(self, ns: int) -> float:
+        return self.mono + (ns - self.cupti_ns) / 1e9
+
+
+def memory_record(act: Any, clock: Clock, pending: dict[int, tuple[str | None, list[str]]] | None = None,
+                  pid: int | None = None) -> dict[str, Any] | None:
+    """A ledger record from one MEMORY2 activity record (``ActivityMemory4``-like), or None.
+
+    ``pending`` maps correlation id -> (nodeid, stack) captured at the API call; the entry is
+    consumed. Pure apart from that dict.
+    """
+    op = getattr(act, "memory_operation_type", None)
+    if op not in (OP_ALLOCATION, OP_RELEASE):
+        return None
+    cid = getattr(act, "correlation_id", None)
+    nodeid, stack = (pending.pop(cid, (None, None)) if pending is not None and cid is not None
+                     else (None, None))
+    ts = int(getattr(act, "timestamp", 0))
+    rec: dict[str, Any] = {
+        "event": EVENT_ALLOC if op == OP_ALLOCATION else EVENT_FREE,
+        "t": clock.wall_of(ts),
+        "t_mono": clock.mono_of(ts),
+        "pid": pid if pid is not None else getattr(act, "process_id", None),
+        "nodeid": nodeid,
+        "source": NAME,
+        "address": int(act.address),
+        "kind": KIND_DEVICE,
+    }
+    if op == OP_ALLOCATION:
+        rec["size"] = int(act.bytes)
+    else:
+        rec["size_released"] = int(act.bytes)
+    rec["memory_kind"] = MEMORY_KINDS.get(getattr(act, "memory_kind", 0), "unknown")
+    for field in ("correlation_id", "device_id", "stream_id"):
+        v = getattr(act, field, None)
+        if v is not None:
+            rec[field] = int(v)
+    if getattr(act, "is_async", 0):
+        rec["async"] = True
+    pool = getattr(act, "memory_pool_config", None)
+    ptype = POOL_TYPES.get(getattr(pool, "memory_pool_type", 0)) if pool is not None else None
+    if ptype:
+        rec["pool"] = {"type": ptype, "address": int(getattr(pool, "address", 0))}
+    if stack:
+        rec["stack"] = stack
+    return rec
+
+
+def callback_record(function_name: str, symbol_name: str | None, entering: bool,
+                    correlation_id: int | None) -> tuple[str, dict[str, Any]] | None:
+    """(event, fields) for a driver-API callback, or None for calls not recorded. Pure.
+
+    Launches are recorded on entry (before the kernel can fault), synchronizations on exit (a
+    sync that returned means every earlier launch finished).
+    """
+    if entering and function_name in LAUNCH_APIS:
+        kernel = symbol_name or ("<graph>" if function_name.startswith("cuGraphLaunch") else "<unknown>")
+        return EVENT_LAUNCH, {"kernel": kernel, "api": function_name, "correlation_id": correlation_id}
+    if not entering and function_name in SYNC_APIS:
+        return EVENT_SYNC, {"what": SYNC_APIS[function_name], "api": function_name}
+    return None
+
+
+def _import() -> Any:
+    from cupti import cupti  # type: ignore[import-not-found]
+
+    return cupti
+
+
+def problem() -> str | None:
+    """None when CUPTI can be loaded here, else why not and what to do."""
+    try:
+        cupti = _import()
+    except ImportError as exc:
+        return (f"cupti-python is not installed ({exc.name or exc}); "
+                "pip install 'cupti-python==<your CUDA major>.*' (e.g. 13.* for CUDA 13)")
+    except Exception as exc:  # the extension loaded but libcupti did not
+        return f"cupti-python could not load libcupti ({exc}); install nvidia-cuda-cupti matching your CUDA"
+    try:
+        cupti.get_timestamp()
+    except Exception as exc:
+        return f"libcupti is not usable ({exc}); check the driver and the nvidia-cuda-cupti version"
+    return None
+
+
+class CuptiSource:
+    """The running CUPTI source of this process."""
+
+    name = NAME
+
+    def __init__(self, writer: LedgerWriter, say: Callable[[str], None]) -> None:
+        self.cupti = _import()
+        self.writer = writer
+        self.say = say
+        self.pending: dict[int, tuple[str | None, list[str]]] = {}
+        self.subscriber: int | None = None
+        self.dirty = False
+        self.flush_on_launch = os.environ.get(FLUSH_ENV, "launch") != "period"
+        self.records = 0
+        self._lock = threading.Lock()
+        self.pid = os.getpid()
+        w0 = time.time()
+        m0 = time.monotonic()
+        ns = int(self.cupti.get_timestamp())
+        w1 = time.time()
+        self.clock = Clock(ns, (w0 + w1) / 2, m0 + (w1 - w0) / 2)
+        c = self.cupti
+        # The C values this module hard-codes for its pure parts must be cupti's.
+        assert int(c.ActivityMemoryOperationType.ALLOCATION) == OP_ALLOCATION
+        assert int(c.ActivityMemoryOperationType.RELEASE) == OP_RELEASE
+        self._cbnames: dict[int, str] = {}
+
+    # activity buffers ------------------------------------------------------------------------
+    def _buffer_requested(self) -> tuple[int, int]:
+        return 8 * 1024 * 1024, 0
+
+    def _buffer_completed(self, activities: list[Any]) -> None:
+        for act in activities:
+            try:
+                if act.kind != int(self.cupti.ActivityKind.MEMORY2):
+                    continue
+                with self._lock:
+                    rec = memory_record(act, self.clock, self.pending, self.pid)
+                if rec is not None:
+                    if rec["nodeid"] is None:
+                        rec["nodeid"] = context.current_nodeid
+                    self.writer.write(rec)
+                    self.records += 1
+            except Exception as exc:  # never raise into CUPTI's thread
+                print(f"faulthunt ledger: bad CUPTI record: {exc!r}", file=sys.stderr)
+
+    # callbacks --------------------------------------------------------------------------------
+    def _callback(self, _userdata: Any, domain: int, cbid: int, cbdata: Any) -> None:
+        try:
+            name = self._cbnames.get(cbid) or cbdata.function_name
+            entering = cbdata.callback_site == int(self.cupti.ApiCallbackSite.API_ENTER)
+            if name in ALLOC_APIS:
+                if entering:
+                    with self._lock:
+                        if len(self.pending) >= MAX_PENDING:
+                            self.pending.pop(next(iter(self.pending)))
+                        self.pending[cbdata.correlation_id] = (context.current_nodeid, python_stack())
+                    self.dirty = True
+                return
+            got = callback_record(name, getattr(cbdata, "symbol_name", None), entering,
+                                  cbdata.correlation_id)
+            if got is None:
+                return
+            event, fields = got
+            if event == EVENT_LAUNCH:
+                if self.dirty and self.flush_on_launch:
+                    self.dirty = False
+                    self.cupti.activity_flush_all(int(self.cupti.ActivityFlag.FLUSH_FORCED))
+                fields["stack"] = python_stack()
+            self.writer.record(event, NAME, **fields)
+        except Exception as exc:
+            print(f"faulthunt ledger: CUPTI callback failed: {exc!r}", file=sys.stderr)
+
+    def start(self) -> None:
+        c = self.cupti
+        c.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+        c.activity_enable(c.ActivityKind.MEMORY2)
+        try:
+            c.activity_flush_period(100)
+        except Exception:
+            pass
+        params = c.SubscriberParams()
+        params.struct_size = c.SUBSCRIBER_PARAMS_SIZE
+        params.subscriber_name = "faulthunt-ledger"
+        try:
+            self.subscriber = c.subscribe_v2(self._callback, None, params.ptr)
+        except c.cuptiError as exc:
+            status = getattr(exc, "status", None)
+            if status == int(c.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED):
+                holder = getattr(params, "old_subscriber_name", None) or "another CUPTI client"
+                msg = (f"ledger: CUPTI already has a subscriber ({holder}; a profiler such as nsys "
+                       "or ncu?): recording allocations from activity records only, no launches "
+                       "or stacks. Run without the profiler for the full ledger.")
+            else:
+                msg = f"ledger: CUPTI subscribe failed ({exc}): allocations only, no launches"
+            self.say(msg)
+            self.writer.record(EVENT_NOTE, NAME, message=msg)
+            return
+        cbids = c.driver_api_trace_cbid
+        for api in LAUNCH_APIS + ALLOC_APIS + tuple(SYNC_APIS):
+            cbid = getattr(cbids, api, None)
+            if cbid is None:
+                continue
+            self._cbnames[int(cbid)] = api
+            c.enable_callback(1, self.subscriber, c.CallbackDomain.DRIVER_API, cbid)
+
+    def flush(self) -> None:
+        self.cupti.activity_flush_all(int(self.cupti.ActivityFlag.FLUSH_FORCED))
+
+    def stop(self) -> None:
+        c = self.cupti
+        try:
+            self.flush()
+        finally:
+            if self.subscriber is not None:
+                c.unsubscribe(self.subscriber)
+                self.subscriber = None
+            c.activity_disable(c.ActivityKind.MEMORY2)
+
+
+def start(writer: LedgerWriter, say: Callable[[str], None] = lambda m: None) -> CuptiSource:
+    """Start CUPTI recording into ``writer`` (raises if CUPTI will not start)."""
+    src = CuptiSource(writer, say)
+    src.start()
+    return src

@@ -1,0 +1,460 @@
+"""Fault address -> verdict: which allocation, how far outside it, freed by which test, or wild.
+
+Pure (:func:`map_address` takes a loaded :class:`~faulthunt.ledger.reader.Ledger`); only
+:func:`map_run` reads and writes a run directory. Verdicts (docs/mapper.md):
+
+``inside``        in a live allocation (offset from its start); for a live pool block, the block
+``past_end``      after the end of the nearest live allocation below, within its reach
+``before_start``  before the start of the nearest live allocation above, within its reach
+``freed``         in an allocation already freed at that time (use after free): which, when, by whom
+``pool_slack``    inside a live framework pool chunk but in no live object of that pool
+``unmapped``      none of the above; the nearest live allocations on both sides and the distances
+``null_page``     below :data:`NULL_PAGE_LIMIT`: a null pointer plus an offset
+
+"Within its reach": a distance under max(:data:`NEAR_BYTES`, the allocation's own size); an
+index off by a few rows lands there, a garbage pointer does not. An Xid 31 names only the 4 KiB
+page of the access (``--page``): the page is split wherever the verdict changes and each piece is
+reported with an offset range ``[lo, hi]``, never a single invented byte.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from faulthunt.errors import InputError, UsageError
+from faulthunt.ledger.reader import Ledger, Life, PidLedger, load_ledger
+from faulthunt.records.ledger import KIND_SEGMENT
+
+PAGE_SIZE = 4096
+#: addresses below this are a null pointer plus an offset (the first 64 KiB are never mapped)
+NULL_PAGE_LIMIT = 0x10000
+#: an overrun this close to an allocation is attributed to it whatever its size (2 MiB: the
+#: driver's large-page granularity; overruns inside it are silent on the GPU, see device notes)
+NEAR_BYTES = 2 << 20
+#: launches listed when no synchronization was recorded before the fault
+LAUNCHES_WITHOUT_SYNC = 5
+MAX_LAUNCHES = 20
+
+VERDICTS = ("inside", "past_end", "before_start", "freed", "pool_slack", "unmapped", "null_page")
+#: which piece of a page names the page: the likeliest explanation of a fault comes first
+_PAGE_PRIORITY = ("freed", "past_end", "before_start", "pool_slack", "null_page", "unmapped", "inside")
+#: which pid explains an address best when no pid is given
+_PID_PRIORITY = ("inside", "pool_slack", "freed", "past_end", "before_start", "null_page", "unmapped")
+
+_HEX = re.compile(r"^0[xX][0-9a-fA-F_]+$")
+_DEC = re.compile(r"^[0-9_]+$")
+
+
+def parse_address(text: str) -> int:
+    """``0x7f7d_dbe00000`` (the Xid form), ``0x7f7ddbe00000`` or decimal -> int."""
+    s = text.strip()
+    if _HEX.match(s) and s.strip("_")[2:].replace("_", ""):
+        return int(s[2:].replace("_", ""), 16)
+    if _DEC.match(s) and s.replace("_", ""):
+        return int(s.replace("_", ""), 10)
+    raise UsageError(f"not an address: {text!r}",
+                     fix="give 0x-prefixed hex (0x7f7d_dbe00000 as Xid prints it) or decimal")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What one fault address is, against one process's ledger at one time."""
+
+    address: int
+    page: bool
+    pid: int | None
+    at: float | None
+    verdict: str
+    #: the allocation the verdict names (alloc record + replay facts: kind, end, freed), or None
+    allocation: dict[str, Any] | None
+    #: address minus allocation start: an int for a byte, (lo, hi) for a page; None when no allocation
+    offset: int | tuple[int, int] | None
+    #: the pool chunk around a block / the slack (pool_slack, inside a block, freed block)
+    container: dict[str, Any] | None = None
+    #: nearest live allocations {"allocation", "distance"} (distance: bytes; (lo, hi) for a page)
+    below: dict[str, Any] | None = None
+    above: dict[str, Any] | None = None
+    #: kernels this pid launched since its last synchronization before ``at`` (newest last)
+    launches: tuple[dict[str, Any], ...] = ()
+    launches_since: float | None = None
+    nodeid: str | None = None
+    #: for a page: every piece [lo, hi] of it with its own verdict
+    pieces: tuple[dict[str, Any], ...] = ()
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``faulthunt map --json`` object."""
+        def off(v: int | tuple[int, int] | None) -> int | list[int] | None:
+            return list(v) if isinstance(v, tuple) else v
+
+        out: dict[str, Any] = {
+            "address": hex(self.address),
+            "address_int": self.address,
+            "page": self.page,
+            "pid": self.pid,
+            "at": self.at,
+            "verdict": self.verdict,
+            "allocation": self.allocation,
+            "offset": off(self.offset),
+            "container": self.container,
+            "nearest": {"below": _near_json(self.below), "above": _near_json(self.above)},
+            "launches": list(self.launches),
+            "launches_since": self.launches_since,
+            "nodeid": self.nodeid,
+            "note": self.note,
+        }
+        if self.page:
+            out["page_range"] = [hex(self.address), hex(self.address + PAGE_SIZE - 1)]
+            out["pieces"] = list(self.pieces)
+        return out
+
+
+def _near_json(near: dict[str, Any] | None) -> dict[str, Any] | None:
+    if near is None:
+        return None
+    d = near["distance"]
+    return {"allocation": near["allocation"], "distance": list(d) if isinstance(d, tuple) else d}
+
+
+# --- classification of one byte -------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Byte:
+    verdict: str
+    life: Life | None = None
+    container: Life | None = None
+    below: Life | None = None
+    above: Life | None = None
+
+    def key(self) -> tuple[str, int]:
+        return (self.verdict, id(self.life))
+
+
+def _smallest(lives: list[Life]) -> Life:
+    return min(lives, key=lambda lf: (lf.size, -lf.t0))
+
+
+def _is_pool(pl: PidLedger, c: Life) -> bool:
+    return c.kind == KIND_SEGMENT or pl.blocks.any_overlapping(c.address, c.end, c.t0, c.t1)
+
+
+def _reach(life: Life) -> int:
+    return max(NEAR_BYTES, life.size)
+
+
+def _nearest(pl: PidLedger, a: int, at: float) -> tuple[Life | None, Life | None]:
+    below = pl.containers.nearest_below(a, at)
+    above = pl.containers.nearest_above(a, at)
+    # Ledgers with only framework blocks (no driver-level source) still get neighbours.
+    if len(pl.blocks):
+        b2 = pl.blocks.nearest_below(a, at)
+        a2 = pl.blocks.nearest_above(a, at)
+        if b2 is not None and (below is None or b2.end > below.end):
+            below = b2
+        if a2 is not None and (above is None or a2.address < above.address):
+            above = a2
+    return below, above
+
+
+def _classify(pl: PidLedger, a: int, at: float) -> _Byte:
+    if a < NULL_PAGE_LIMIT:
+        return _Byte("null_page")
+    blive, bfreed = pl.blocks.containing(a, at)
+    clive, cfreed = pl.containers.containing(a, at)
+    if blive:
+        return _Byte("inside", _smallest(blive), _smallest(clive) if clive else None)
+    if clive:
+        c = _smallest(clive)
+        # A block freed back into a live chunk: the driver still maps it, so no Xid, but it is
+        # a use after free all the same.
+        fb = [b for b in bfreed if b.address >= c.address and b.end <= c.end and (b.t1 or 0) >= c.t0]
+        if fb:
+            return _Byte("freed", max(fb, key=lambda lf: lf.t1 or 0.0), c)
+        if _is_pool(pl, c):
+            below = pl.blocks.nearest_below(a, at)
+            above = pl.blocks.nearest_above(a, at)
+            return _Byte("pool_slack", c, c,
+                         below if below is not None and below.address >= c.address else None,
+                         above if above is not None and above.end <= c.end else None)
+        return _Byte("inside", c)
+    freed = bfreed + cfreed
+    below, above = _nearest(pl, a, at)
+    if freed:
+        return _Byte("freed", max(freed, key=lambda lf: lf.t1 or 0.0), None, below, above)
+    d_below = a - below.end if below is not None else None
+    d_above = above.address - a if above is not None else None
+    near_below = below is not None and d_below is not None and d_below < _reach(below)
+    near_above = above is not None and d_above is not None and d_above <= _reach(above)
+    if near_below and (not near_above or (d_below or 0) < (d_above or 0)):
+        return _Byte("past_end", below, None, below, above)
+    if near_above:
+        return _Byte("before_start", above, None, below, above)
+    return _Byte("unmapped", None, None, below, above)
+
+
+def _offset(b: _Byte, lo: int, hi: int) -> int | tuple[int, int] | None:
+    if b.verdict == "null_page":
+        return lo if lo == hi else (lo, hi)
+    if b.life is None:
+        return None
+    start = b.life.address
+    return lo - start if lo == hi else (lo - start, hi - start)
+
+
+def _distances(b: _Byte, lo: int, hi: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    below = above = None
+    if b.below is not None:
+        d = (lo - b.below.end, hi - b.below.end)
+        below = {"allocation": b.below.to_json(), "distance": d[0] if lo == hi else d}
+    if b.above is not None:
+        d = (b.above.address - hi, b.above.address - lo)
+        above = {"allocation": b.above.to_json(), "distance": d[0] if lo == hi else d}
+    return below, above
+
+
+def _pieces(pl: PidLedger, lo: int, hi: int, at: float) -> list[tuple[int, int, _Byte]]:
+    """Split [lo, hi] where the verdict (or its allocation) changes."""
+    edges = {lo, hi + 1}
+    for index in (pl.containers, pl.blocks):
+        for life in index.intersecting(lo, hi):
+            for e in (life.address, life.end):
+                if lo < e <= hi:
+                    edges.add(e)
+    if lo < NULL_PAGE_LIMIT <= hi:
+        edges.add(NULL_PAGE_LIMIT)
+    cuts = sorted(edges)
+    out: list[tuple[int, int, _Byte]] = []
+    for s, e in zip(cuts, cuts[1:]):
+        _split(pl, s, e - 1, at, out)
+    return out
+
+
+def _split(pl: PidLedger, lo: int, hi: int, at: float, out: list[tuple[int, int, _Byte]]) -> None:
+    # Between allocation edges the verdict changes only where a reach ends (past_end ->
+    # unmapped -> before_start), monotonically; binary search finds each change exactly.
+    while lo <= hi:
+        first = _classify(pl, lo, at)
+        last = _classify(pl, hi, at)
+        if first.key() == last.key():
+            _append(out, lo, hi, first)
+            return
+        good, bad = lo, hi  # classify(good) has first's key, classify(bad) does not
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if _classify(pl, mid, at).key() == first.key():
+                good = mid
+            else:
+                bad = mid
+        _append(out, lo, good, first)
+        lo = bad
+
+
+def _append(out: list[tuple[int, int, _Byte]], lo: int, hi: int, b: _Byte) -> None:
+    if out and out[-1][1] + 1 == lo and out[-1][2].key() == b.key():
+        out[-1] = (out[-1][0], hi, out[-1][2])
+    else:
+        out.append((lo, hi, b))
+
+
+# --- context: launches, test -----------------------------------------------------------------
+
+def _launch_json(rec: dict[str, Any]) -> dict[str, Any]:
+    keep = ("kernel", "t", "nodeid", "correlation_id", "stack", "source", "grid", "block")
+    return {k: rec[k] for k in keep if k in rec}
+
+
+def launches_before(pl: PidLedger, at: float) -> tuple[tuple[dict[str, Any], ...], float | None, str | None]:
+    """Kernels launched since the last synchronization at or before ``at``; (launches, since, note)."""
+    end = bisect.bisect_right(pl.launch_times, at)
+    s = bisect.bisect_right(pl.sync_times, at) - 1
+    note = None
+    if s >= 0:
+        since: float | None = pl.sync_times[s]
+        start = bisect.bisect_right(pl.launch_times, since)
+    else:
+        since = None
+        start = max(0, end - LAUNCHES_WITHOUT_SYNC)
+        if end:
+            note = (f"no synchronization recorded before the fault: the last {end - start} "
+                    "launch(es) are listed")
+    if end - start > MAX_LAUNCHES:
+        note = f"{end - start} launches since the last synchronization; the newest {MAX_LAUNCHES} are listed"
+        start = end - MAX_LAUNCHES
+    return tuple(_launch_json(r) for r in pl.launches[start:end]), since, note
+
+
+# --- the public mapping --------------------------------------------------------------------
+
+def _map_in_pid(pl: PidLedger, address: int, at: float | None, page: bool) -> Verdict:
+    when = pl.t_last if at is None else at
+    launches, since, lnote = launches_before(pl, when)
+    notes = [lnote] if lnote else []
+    if page:
+        lo = address - address % PAGE_SIZE
+        hi = lo + PAGE_SIZE - 1
+        pieces = _pieces(pl, lo, hi, when)
+        rank = {v: i for i, v in enumerate(_PAGE_PRIORITY)}
+        plo, phi, main = min(pieces, key=lambda p: (rank[p[2].verdict], p[0]))
+        if len(pieces) > 1:
+            notes.append(f"the page spans {len(pieces)} verdicts; the likeliest is shown, all are in pieces")
+        piece_json = []
+        for s, e, b in pieces:
+            bl, ab = _distances(b, s, e)
+            off = _offset(b, s, e)
+            piece_json.append({"range": [hex(s), hex(e)], "verdict": b.verdict,
+                               "allocation": b.life.to_json() if b.life else None,
+                               "offset": list(off) if isinstance(off, tuple) else off,
+                               "nearest": {"below": _near_json(bl), "above": _near_json(ab)}})
+        below, above = _distances(main, plo, phi)
+        offset = _offset(main, plo, phi)
+        if isinstance(offset, int):
+            offset = (offset, offset)
+        return Verdict(lo, True, pl.pid, when, main.verdict,
+                       main.life.to_json() if main.life else None, offset,
+                       main.container.to_json() if main.container else None, below, above,
+                       launches, since, pl.test_at(when), tuple(piece_json),
+                       "; ".join(notes) or None)
+    b = _classify(pl, address, when)
+    below, above = _distances(b, address, address)
+    return Verdict(address, False, pl.pid, when, b.verdict, b.life.to_json() if b.life else None,
+                   _offset(b, address, address), b.container.to_json() if b.container else None,
+                   below, above, launches, since, pl.test_at(when), (), "; ".join(notes) or None)
+
+
+def map_address(ledger: Ledger, address: int, *, pid: int | None = None, at: float | None = None,
+                page: bool = False) -> Verdict:
+    """Map one address against ``ledger`` (pure).
+
+    ``pid``: the faulting process (GPU virtual addresses are per process); without it every pid
+    in the ledger is tried and the best explanation wins (the note says so). ``at``: wall-clock
+    time of the fault (default: the end of that pid's ledger). ``page``: ``address`` names a 4 KiB
+    page (Xid 31), not a byte. Raises :class:`InputError` when the ledger has no such pid.
+    """
+    if address < 0:
+        raise UsageError(f"negative address {address}", fix="give the address as Xid or compute-sanitizer printed it")
+    if pid is not None:
+        pl = ledger.pid(pid)
+        if pl is None:
+            known = ", ".join(str(p) for p in sorted(k for k in ledger.pids if k is not None)) or "none"
+            raise InputError(f"the ledger has no records for pid {pid} (pids in it: {known})",
+                             fix="was the ledger on in that process? check --ledger / FAULTHUNT_LEDGER, or pass --pid")
+        return _map_in_pid(pl, address, at, page)
+    if not ledger.pids:
+        raise InputError("the ledger is empty: no allocation records to map against",
+                         fix="run with the ledger on (faulthunt stress --ledger auto) on a machine with a GPU")
+    results = [_map_in_pid(pl, address, at, page) for pl in ledger.pids.values()]
+    if len(results) == 1:
+        return results[0]
+    rank = {v: i for i, v in enumerate(_PID_PRIORITY)}
+    results.sort(key=lambda v: rank[v.verdict])
+    best = results[0]
+    same = [v.pid for v in results if v.verdict == best.verdict and v.verdict != "unmapped"]
+    note = f"no pid given: checked {len(results)} pids, best match in pid {best.pid}"
+    if len(same) > 1:
+        note += f"; pids {', '.join(map(str, same))} also give {best.verdict}: pass --pid"
+    return dataclasses.replace(best, note="; ".join(n for n in (best.note, note) if n))
+
+
+# --- a whole run ------------------------------------------------------------------------------
+
+def _kernel_matches(recorded: str, named: str) -> bool:
+    a = recorded.split("(")[0].strip()
+    b = named.split("(")[0].strip()
+    return bool(a and b) and (a == b or a in b or b in a)
+
+
+def _fault_time_xid(pl: PidLedger, rec: dict[str, Any]) -> tuple[float | None, str]:
+    ts = rec.get("ts")
+    if isinstance(ts, (int, float)) and pl.mono_offset is not None:
+        return float(ts) + pl.mono_offset, "kernel-log timestamp (monotonic clock)"
+    if pl.launch_times:
+        return pl.launch_times[-1], "the last launch of the pid (the Xid had no usable timestamp)"
+    return None, "the end of the ledger (no timestamp, no launches)"
+
+
+def _fault_time_kernel(ledger: Ledger, kernel: str | None) -> tuple[int | None, float | None]:
+    if not kernel:
+        return None, None
+    best: tuple[float, int | None] | None = None
+    for pid, pl in ledger.pids.items():
+        for rec in reversed(pl.launches):
+            if _kernel_matches(rec["kernel"], kernel):
+                if best is None or rec["t"] > best[0]:
+                    best = (float(rec["t"]), pid)
+                break
+    return (best[1], best[0]) if best else (None, None)
+
+
+def _safe_load(directory: Path) -> Ledger | None:
+    if not directory.is_dir() or not any(directory.glob("*.jsonl")):
+        return None
+    return load_ledger(directory)
+
+
+def map_run(run_dir: Path) -> list[dict[str, Any]]:
+    """Map every Xid 31 page and every sanitizer finding with an address in ``run_dir``.
+
+    Xid pages are mapped against ``run_dir/ledger`` in the faulting pid at the Xid's time;
+    sanitizer addresses against ``run_dir/sanitizer/run/ledger`` (the rerun's own processes) at the
+    last launch of the kernel the finding names. Writes ``run_dir/mapping.json`` and returns its
+    entries; an entry that cannot be mapped has ``verdict: null`` and a ``reason``.
+    """
+    from faulthunt.rundir import Layout, read_json, read_jsonl, write_json_atomic
+
+    run_dir = Path(run_dir)
+    out: list[dict[str, Any]] = []
+    ledger = _safe_load(run_dir / Layout.LEDGER_DIR)
+    for rec in read_jsonl(run_dir / Layout.XID).records:
+        mmu = rec.get("mmu") or {}
+        if rec.get("xid") != 31 or not isinstance(mmu.get("address"), int):
+            continue
+        origin = {"origin": "xid", "xid": 31, "seq": rec.get("seq"), "ts": rec.get("ts"),
+                  "raw": rec.get("raw"), "worker": rec.get("worker"),
+                  "attributed_nodeid": rec.get("nodeid")}
+        out.append({**origin, **_map_one(ledger, mmu["address"], rec.get("pid"), rec, page=True)})
+    san = read_json(run_dir / Layout.SANITIZER_DIR / "sanitizer.json", default=None)
+    san_ledger = _safe_load(run_dir / Layout.SANITIZER_DIR / "run" / Layout.LEDGER_DIR)
+    for f in (san or {}).get("findings", []) if isinstance(san, dict) else []:
+        rng = f.get("address_range")
+        if not (isinstance(rng, list) and rng and isinstance(rng[0], int)):
+            continue
+        origin = {"origin": "sanitizer", "kind": f.get("kind"), "kernel": f.get("kernel"),
+                  "file": f.get("file"), "line": f.get("line"), "access": f.get("access"),
+                  "size": f.get("size"), "address_range": rng, "attributed_nodeid": f.get("nodeid")}
+        if san_ledger is None:
+            out.append({**origin, "address": hex(rng[0]), "verdict": None,
+                        "reason": "no ledger from the sanitizer rerun (sanitizer/run/ledger): "
+                                  "addresses under compute-sanitizer differ from the plain run's"})
+            continue
+        pid, at = _fault_time_kernel(san_ledger, f.get("kernel"))
+        entry = _map_one(san_ledger, rng[0], pid, None, page=False, at=at)
+        if at is None:
+            entry["time_basis"] = "the end of the ledger (the kernel's launch was not recorded)"
+        else:
+            entry["time_basis"] = "the last recorded launch of the finding's kernel"
+        out.append({**origin, **entry})
+    write_json_atomic(run_dir / Layout.MAPPING, out)
+    return out
+
+
+def _map_one(ledger: Ledger | None, address: int, pid: Any, xid: dict[str, Any] | None, *,
+             page: bool, at: float | None = None) -> dict[str, Any]:
+    if ledger is None:
+        return {"address": hex(address), "verdict": None,
+                "reason": "no ledger in this run (was --ledger off, or no GPU source available?)"}
+    pid = pid if isinstance(pid, int) else None
+    basis = None
+    if xid is not None and pid is not None and ledger.pid(pid) is not None:
+        at, basis = _fault_time_xid(ledger.pids[pid], xid)
+    try:
+        v = map_address(ledger, address, pid=pid, at=at, page=page)
+    except InputError as exc:
+        return {"address": hex(address), "pid": pid, "verdict": None, "reason": exc.message}
+    entry = v.to_json()
+    if basis:
+        entry["time_basis"] = basis
+    return entry
