@@ -1,0 +1,232 @@
+"""faulthunt stress: the pure pieces, then real `faulthunt stress` subprocess runs on tiny suites."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from faulthunt.errors import UsageError
+from faulthunt.rundir import read_jsonl, read_jsonl_dir
+from faulthunt.stress import (Progress, StressOptions, build_env, build_pytest_argv,
+                              exit_status_for, parse_gpus, parse_total)
+
+
+def test_argv_plain():
+    argv = build_pytest_argv(StressOptions(pytest_args=("tests/", "-x"), workers=8, count=50,
+                                           keyword="cuda", maxfail=3, timeout=30), python="py")
+    assert argv[:10] == ["py", "-m", "pytest", "-p", "faulthunt", "-p", "xdist", "-p", "repeat",
+                         "-p"]
+    joined = " ".join(argv)
+    for part in ("-n 8", "--count 50", "-k cuda", "--maxfail 3", "--timeout 30",
+                 "--timeout-method thread", "--max-worker-restart 1000"):
+        assert part in joined
+    assert argv[-2:] == ["tests/", "-x"]
+
+
+def test_argv_gpus_round_robin_specs():
+    argv = build_pytest_argv(StressOptions(workers=3, gpus=("0", "1")), python="py")
+    specs = [argv[i + 1] for i, a in enumerate(argv) if a == "--tx"]
+    assert specs == ["popen//env:CUDA_VISIBLE_DEVICES=0", "popen//env:CUDA_VISIBLE_DEVICES=1",
+                     "popen//env:CUDA_VISIBLE_DEVICES=0"]
+    assert "-n" not in argv and "--dist" in argv
+
+
+def test_argv_no_xdist():
+    argv = build_pytest_argv(StressOptions(workers=0), python="py")
+    assert "-n" not in argv and "--max-worker-restart" not in argv
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ("0,1", ("0", "1")), (" 2 ", ("2",)), ("all", ("0", "1", "2")),
+    ("GPU-f443d679-49ad-ee2e-df61-53505888c8f0,1", ("GPU-f443d679-49ad-ee2e-df61-53505888c8f0", "1")),
+])
+def test_parse_gpus(spec, expected):
+    assert parse_gpus(spec, device_count=lambda: 3) == expected
+
+
+@pytest.mark.parametrize("spec", ["", ",", "zero", "all"])
+def test_parse_gpus_rejects(spec):
+    with pytest.raises(UsageError) as info:
+        parse_gpus(spec, device_count=lambda: 0)
+    assert info.value.fix
+
+
+def test_env():
+    env = build_env(StressOptions(gpus=("0",), ledger="off"), Path("/r"), base={"A": "1"})
+    assert env["FAULTHUNT_RUN_DIR"] == str(Path("/r").resolve())
+    assert (env["CUDA_LAUNCH_BLOCKING"], env["PYTHONFAULTHANDLER"]) == ("1", "1")
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["FAULTHUNT_LEDGER"] == "off"
+    assert "CUDA_LAUNCH_BLOCKING" not in build_env(StressOptions(launch_blocking=False), Path("/r"),
+                                                   base={})
+
+
+@pytest.mark.parametrize(("pytest_status", "found", "ours"), [
+    (0, False, 0), (0, True, 1), (1, False, 1), (2, True, 1), (2, False, 130), (5, False, 2),
+    (4, False, 2), (3, False, 3), (-9, False, 1),
+])
+def test_exit_status(pytest_status, found, ours):
+    assert exit_status_for(pytest_status, found) == ours
+
+
+@pytest.mark.parametrize(("line", "total"), [
+    ("8 workers [400 items]", 400), ("collected 12 items", 12), ("collected 1 item", 1),
+    ("nothing here", None),
+])
+def test_parse_total(line, total):
+    assert parse_total(line) == total
+
+
+def test_progress_reads_incrementally_and_waits_for_whole_lines(tmp_path):
+    (tmp_path / "events").mkdir()
+    f = tmp_path / "events" / "gw0-1.jsonl"
+    f.write_text('{"event": "start"}\n{"event": "end", "outcome": "failed"}\n{"event": "end", "ou')
+    p = Progress(tmp_path)
+    p.poll()
+    assert (p.started, p.done) == (1, 1)
+    with open(f, "a") as fh:
+        fh.write('tcome": "hung"}\n')
+    p.poll()
+    assert p.outcomes["hung"] == 1 and "hung 1" in p.line()
+
+
+# --- real runs -----------------------------------------------------------------------------------
+
+def _stress(args: list[str], cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("FAULTHUNT_RUN_DIR", None)
+    return subprocess.run([sys.executable, "-m", "faulthunt", "stress", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.mark.slow
+def test_stress_gpus_pinning_kept_across_restart(tmp_path):
+    _write(tmp_path / "test_pin.py", """
+        import os, signal
+        from pathlib import Path
+        def test_kill_once():
+            flag = Path(__file__).with_name("killed")
+            if not flag.exists():
+                flag.write_text(os.environ["CUDA_VISIBLE_DEVICES"])
+                os.kill(os.getpid(), signal.SIGKILL)
+        def test_a(): pass
+        def test_b(): pass
+    """)
+    run = tmp_path / "run"
+    proc = _stress(["--gpus", "0,1", "--count", "4", "--xid-source", "none", "-q",
+                    "--run-dir", str(run), "test_pin.py", "--", "-p", "no:cacheprovider"], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    killed_dev = (tmp_path / "killed").read_text()
+    workers = [r for r in read_jsonl_dir(run / "events").records if r["event"] == "worker"]
+    per_device = Counter(r["cuda_visible_devices"] for r in workers)
+    other = "1" if killed_dev == "0" else "0"
+    # two slots; the replacement of the SIGKILLed worker came back on the same device
+    assert per_device == {killed_dev: 2, other: 1}
+    starts = [r for r in read_jsonl_dir(run / "events").records if r["event"] == "start"]
+    assert {r["device"] for r in starts} == {"0", "1"}
+    summary = json.loads((run / "summary.json").read_text())
+    (crash,) = summary["failures"]
+    assert (crash["outcome"], crash["signal"], crash["device"]) == ("crashed", 9, killed_dev)
+    assert crash["base_nodeid"] == "test_pin.py::test_kill_once"
+    assert {d["device"] for d in summary["by_device"]} == {"0", "1"}
+    env = json.loads((run / "env.json").read_text())
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+@pytest.mark.slow
+def test_stress_maxfail_keyword_and_passthrough(tmp_path):
+    _write(tmp_path / "test_mk.py", """
+        import pytest
+        def test_good(): pass
+        def test_bad(): assert 0, "planted"
+        def test_other(): pass
+        @pytest.mark.excluded
+        def test_good_but_marked(): pass
+    """)
+    _write(tmp_path / "pytest.ini", """
+        [pytest]
+        markers = excluded: left out with -m
+    """)
+    run = tmp_path / "run"
+    proc = _stress(["-n", "2", "--count", "3", "-k", "good or bad", "--maxfail", "1",
+                    "--xid-source", "none", "--run-dir", str(run), "test_mk.py",
+                    "--", "-m", "not excluded"], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "test_mk.py::test_bad" in proc.stdout and str(run) in proc.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    bases = {r["base_nodeid"] for r in summary["by_test"]}
+    assert bases <= {"test_mk.py::test_good", "test_mk.py::test_bad"}   # -k and -m both applied
+    assert any(f["base_nodeid"] == "test_mk.py::test_bad" and f["outcome"] == "failed"
+               for f in summary["failures"])
+    assert summary["stopped_early"]
+    run_json = json.loads((run / "run.json").read_text())
+    assert run_json["pytest_argv"][-2:] == ["-m", "not excluded"]
+    assert run_json["exit_status"] == 1
+    assert (run / "reproducer.log").read_text().count("test_bad") >= 1
+    for key in ("tests_run", "failures", "xids", "by_test"):
+        assert key in summary
+
+
+@pytest.mark.slow
+def test_stress_all_passed_exit_zero_and_latest(tmp_path):
+    _write(tmp_path / "test_ok.py", "def test_ok(): pass\n")
+    proc = _stress(["-n", "0", "--count", "2", "--xid-source", "none", "-q", "test_ok.py"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    latest = tmp_path / ".faulthunt" / "runs" / "latest"
+    summary = json.loads((latest / "summary.json").read_text())
+    assert (summary["tests_run"], summary["passed"], summary["failures"]) == (2, 2, [])
+
+
+def _have_kernlog() -> bool:
+    try:
+        from faulthunt.kernlog import sources  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _have_kernlog(), reason="faulthunt.kernlog (engineer K) not in this build")
+def test_stress_xid_from_file_source_attributed_to_test_and_worker(tmp_path):
+    # Simulation of the driver: the test itself appends a real-format Xid 31 line (H200 text,
+    # tests/data/h200/dmesg.txt) carrying its own pid and the kernel-style monotonic timestamp,
+    # then fails with the CUDA error the fault would raise.
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    _write(tmp_path / "test_xid.py", f"""
+        import os, time
+        def test_clean(): pass
+        def test_wild_write():
+            line = ("[%12.6f] NVRM: Xid (PCI:0000:00:06): 31, pid=%d, name=python, channel "
+                    "0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 "
+                    "faulted @ 0x7faf_e7e00000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"
+                    % (time.monotonic(), os.getpid()))
+            with open({str(log)!r}, "a") as fh:
+                fh.write(line + "\\n")
+            time.sleep(0.6)  # let the follower see it while the test runs
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    """)
+    run = tmp_path / "run"
+    proc = _stress(["-n", "2", "--xid-source", f"file:{log}", "-q", "--run-dir", str(run),
+                    "test_xid.py"], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (x,) = read_jsonl(run / "xid.jsonl").records
+    events = read_jsonl_dir(run / "events").records
+    start = next(r for r in events if r["event"] == "start" and "wild" in r["nodeid"])
+    assert (x["xid"], x["pid"], x["nodeid"], x["worker"]) == (
+        31, start["pid"], "test_xid.py::test_wild_write", start["worker"])
+    assert x["attributed_by"].startswith("pid+")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["xids"][0]["nodeid"] == "test_xid.py::test_wild_write"
+    assert (run / "kmsg_added.txt").read_text().count("Xid") == 1
