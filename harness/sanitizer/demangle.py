@@ -104,6 +104,7 @@ class _Parser:
         self.s = text
         self.i = 0
         self.subs: list[str] = []
+        self.targs: list[str] = []
 
     def peek(self, n: int = 1) -> str:
         return self.s[self.i:self.i + n]
@@ -154,6 +155,7 @@ class _Parser:
             else:
                 args.append(self.type_())
         self.take()
+        self.targs = args
         return "<" + ", ".join(args) + ">"
 
     def unqualified(self) -> str:
@@ -208,8 +210,17 @@ class _Parser:
             out = ("const " if c == "K" else "volatile ") + inner
             self.subs.append(out)
             return out
-        if self.peek(2) in _BUILTIN:
+        if len(self.peek(2)) == 2 and self.peek(2) in _BUILTIN:
             return _BUILTIN[self.take(2)]
+        if c == "T":
+            m = re.match(r"T(\d*)_", self.s[self.i:])
+            if not m:
+                raise _Fail
+            self.i += len(m.group(0))
+            idx = int(m.group(1)) + 1 if m.group(1) else 0
+            if idx >= len(self.targs):
+                raise _Fail
+            return self.targs[idx]
         if c in _BUILTIN:
             self.take()
             return _BUILTIN[c]

@@ -168,8 +168,7 @@ def parse_host_frame(text: str) -> Frame:
     text = text.strip()
     m = _HOST_OLD.match(text)
     if m:
-        return Frame(m.group("func") or None, None, None, m.group("module"),
-                     _hex(m.group("off")) if m.group("off") else _hex(m.group("pc")))
+        return Frame(m.group("func") or None, None, None, m.group("module"), _hex(m.group("pc")))
     m = _HOST_NEW.match(text)
     if not m:  # pragma: no cover - every string matches _HOST_NEW (all of it is optional)
         return Frame(text or None)
@@ -290,7 +289,7 @@ def _head(body: str, index: int) -> _Builder | None:
                             tool_hint="racecheck" if m.group("pot") else None)
         if body.startswith("Invalid "):
             return _Builder(MEMORY_ACCESS, body, index)
-        if body.startswith("Program hit "):
+        if body.startswith("Program hit"):
             m = _H_API.match(body)
             if m:
                 return _Builder(API_ERROR, body, index, error=m.group("err"),
@@ -469,7 +468,7 @@ def parse_text_log(text: str, *, prefix: str | None = None, tool: str | None = N
     for index, raw in enumerate(text.splitlines()):
         line = raw.lstrip()
         if line[:1].isdigit() and _CI_STAMP.match(line):
-            line = _CI_STAMP.sub("", line, count=1)
+            line = _CI_STAMP.sub("", line, count=1).lstrip()
         if not line.startswith(bare):
             continue  # application output, interleaved without the prefix
         if line.rstrip() == bare:
@@ -481,8 +480,8 @@ def parse_text_log(text: str, *, prefix: str | None = None, tool: str | None = N
         if not line.startswith(prefix):
             continue
         rest = line[plen:]
-        if strict_eq and rest[:1] == "=":
-            continue
+        if strict_eq and (rest[:1] == "=" or rest.rstrip().endswith(" " + bare[:3])):
+            continue  # pytest's "===== 1 failed in 2s =====" banners, whatever their width
         content = rest[1:] if rest[:1] == " " else rest
         content = content.rstrip()
         body = content.lstrip(" \t")
