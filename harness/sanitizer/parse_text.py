@@ -34,6 +34,7 @@ from faulthunt.sanitizer.demangle import clone_parent
 DEFAULT_PREFIX = "========="
 
 #: a GitHub Actions style timestamp that CI logs put before every line
+_PYTEST_BANNER_TAIL = re.compile(r" ===+\s*$")
 _CI_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z? ")
 _BANNER = re.compile(r"^\s*(?P<prefix>\S.*?) (?P<which>COMPUTE-SANITIZER|CUDA-MEMCHECK)\s*$")
 
@@ -480,7 +481,7 @@ def parse_text_log(text: str, *, prefix: str | None = None, tool: str | None = N
         if not line.startswith(prefix):
             continue
         rest = line[plen:]
-        if strict_eq and (rest[:1] == "=" or rest.rstrip().endswith(" " + bare[:3])):
+        if strict_eq and (rest[:1] == "=" or _PYTEST_BANNER_TAIL.search(rest)):
             continue  # pytest's "===== 1 failed in 2s =====" banners, whatever their width
         content = rest[1:] if rest[:1] == " " else rest
         content = content.rstrip()
