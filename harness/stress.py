@@ -362,7 +362,6 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
         "exit_status": None, "options": dataclasses.asdict(opts),
     }
     write_json_atomic(run_dir / Layout.RUN, run_info)
-    write_json_atomic(run_dir / Layout.IDENTITY, _identity())
     write_json_atomic(run_dir / Layout.ENV, redact_env(env))
 
     warnings: list[str] = []
@@ -416,6 +415,8 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
 
     reader = threading.Thread(target=pump, name="faulthunt-pytest-output", daemon=True)
     reader.start()
+    # While pytest starts its workers (identity is not needed before the end of the run).
+    write_json_atomic(run_dir / Layout.IDENTITY, _identity())
     live = _live(console, progress, opts.quiet)
     try:
         while True:

@@ -1,0 +1,64 @@
+"""Bench row: `faulthunt stress` overhead against plain `pytest -n N --count C` (xdist + repeat).
+
+The same generated CPU-only suite (tests doing a little arithmetic) is run both ways, interleaved,
+best of N. Ours includes everything a stress run does: the plugin's per-test records, faulthandler
+per worker, the kernel-log cursor/follower (when faulthunt.kernlog is present), snapshots, the
+summary. Goal: under 5% overhead.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from benchrows import Row, run_cmd, side_by_side
+
+SUITE = textwrap.dedent('''
+    import math
+    import pytest
+
+    @pytest.mark.parametrize("n", range(10))
+    def test_work(n):
+        acc = 0.0
+        for i in range(2000):
+            acc += math.sqrt(i + n)
+        assert acc > 0
+
+    def test_plain():
+        assert sum(range(1000)) == 499500
+''')
+
+
+def stress_overhead(quick: bool) -> Row:
+    workers, count, repeat = (2, 5, 2) if quick else (8, 50, 3)
+    tmp = Path(tempfile.mkdtemp(prefix="faulthunt-bench-stress-"))
+    try:
+        (tmp / "test_bench_suite.py").write_text(SUITE)
+        common = ["-p", "no:cacheprovider", "-q"]
+        runs = tmp / "runs"
+
+        def ours() -> None:
+            run_cmd([sys.executable, "-m", "faulthunt", "stress", "-n", str(workers),
+                     "--count", str(count), "-q", "--run-dir",
+                     str(runs / f"r{len(list(runs.glob('*'))) if runs.exists() else 0}"),
+                     "test_bench_suite.py", "--", *common], cwd=tmp)
+
+        def baseline() -> None:
+            run_cmd([sys.executable, "-m", "pytest", "-n", str(workers), "--count", str(count),
+                     "-p", "xdist", "-p", "repeat", "test_bench_suite.py", *common], cwd=tmp)
+
+        ours_s, base_s = side_by_side(ours, baseline, repeat=repeat)
+        tests = 11 * count
+        return Row(capability="stress: parallel repeated run with crash-safe records",
+                   ours=f"faulthunt stress -n {workers} --count {count}",
+                   baseline=f"pytest -n {workers} --count {count} -p xdist -p repeat",
+                   ours_s=ours_s, baseline_s=base_s, goal="< 1.05x",
+                   note=f"{tests} test runs, CPU-only suite, best of {repeat}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+ROWS = [stress_overhead]

@@ -1,0 +1,36 @@
+"""Checks a stress run of test_wild.py: every Xid 31 attributed to test_wild_store and the right
+worker (the worker whose recorded pid the Xid line carries). Prints a verdict; exit 1 on mismatch."""
+
+import json
+import sys
+from pathlib import Path
+
+run = Path(sys.argv[1])
+expect_device = sys.argv[2] if len(sys.argv) > 2 else None
+events = [json.loads(l) for f in sorted((run / "events").glob("*.jsonl"))
+          for l in f.read_text().splitlines() if l.strip()]
+pid_worker = {r["pid"]: r["worker"] for r in events if r.get("event") == "worker"}
+xids = [json.loads(l) for l in (run / "xid.jsonl").read_text().splitlines() if l.strip()]
+summary = json.loads((run / "summary.json").read_text())
+x31 = [x for x in xids if x.get("xid") == 31]
+wild_fail = [f for f in summary["failures"] if "test_wild_store" in f["nodeid"]
+             and f["outcome"] == "failed"]
+problems = []
+for x in x31:
+    if not (x.get("nodeid") or "").startswith("test_wild.py::test_wild_store"):
+        problems.append(f"Xid 31 pid {x.get('pid')} attributed to {x.get('nodeid')}")
+    if pid_worker.get(x.get("pid")) != x.get("worker"):
+        problems.append(f"Xid 31 pid {x.get('pid')}: worker {x.get('worker')} != "
+                        f"{pid_worker.get(x.get('pid'))}")
+    if expect_device is not None and str(x.get("device")) != expect_device:
+        problems.append(f"Xid 31 on device {x.get('device')}, planted on {expect_device}")
+print(f"Xid 31: {len(x31)}; failing wild runs: {len(wild_fail)}; "
+      f"other failures: {len(summary['failures']) - len(wild_fail)}; "
+      f"attributed_by: {sorted({x.get('attributed_by') for x in x31})}")
+print("by_test:", json.dumps(summary["by_test"]))
+print("by_device:", json.dumps(summary["by_device"]))
+print("xid_spread:", json.dumps(summary["xid_spread"]))
+if not x31:
+    problems.append("no Xid 31 captured")
+print("\n".join(problems) if problems else "OK: every Xid 31 -> test_wild_store, right worker")
+sys.exit(1 if problems else 0)
