@@ -1,0 +1,36 @@
+"""The bundled planted-fault suite: real kernels on a GPU, numba's simulator (and SIMULATED
+stand-ins) on a CPU. Whichever it is, the header and the summary of every run say so.
+
+Settings (environment):
+  FAULTHUNT_KERNELS_BACKEND  gpu | sim | auto (default)
+  FAULTHUNT_PLANT_EVERY      N: intermittent mode, each planted test runs its bug in 1 run of N
+                             (the rest run the correct twin), seeded and reproducible
+  FAULTHUNT_PLANT_SEED       the seed of that draw (default 0)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from faulthunt.kernels import backend
+
+# Before anything imports numba: the simulator is chosen at numba's import time.
+BACKEND = backend.prepare()
+
+
+def _statement() -> str:
+    if BACKEND == backend.GPU:
+        return ("faulthunt planted-fault suite: backend gpu: real CUDA C++ (NVRTC + cuda.core) "
+                "and numba-cuda kernels on the GPU")
+    return ("faulthunt planted-fault suite: backend sim: NO GPU here. numba kernels run in "
+            "numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1); the wild write (os.abort + Xid 31 "
+            "line), the misaligned store (Xid 13 lines + sticky error) and the bounded hang are "
+            "SIMULATED stand-ins; faults the simulator cannot show are skipped with the reason")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _statement()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    terminalreporter.write_line(_statement())
