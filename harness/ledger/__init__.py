@@ -12,12 +12,14 @@ run before the process creates its CUDA context (the pytest plugin calls it from
 ``cupy``       ``cupy.cuda.MemoryHook``: pool chunks and the arrays inside them (:mod:`.cupy_hook`)
 ``torch``      ``torch.cuda.memory._record_memory_history``: segments, blocks, free_requested /
                free_completed (:mod:`.torch_trace`)
-``cuda_core``  a recording wrapper around cuda.core's device memory resource (:mod:`.cuda_core`)
+
+cuda.core has no refinement of its own: its device memory resources allocate from the driver's
+stream-ordered pools (``cuMemAllocFromPoolAsync``), which CUPTI's MEMORY2 records already cover.
 
 Framework refinements are installed when the framework is imported (a post-import hook), so a
 worker that never imports torch pays nothing for it and one that does is hooked before its first
 allocation. ``mode``: ``auto`` (CUPTI if it works, plus every refinement), ``cupti`` (CUPTI only),
-``numba`` / ``cupy`` / ``torch`` / ``cuda_core`` (that refinement only), ``off``. What was chosen,
+``numba`` / ``cupy`` / ``torch`` (that refinement only), ``off``. What was chosen,
 and why anything was not, is said once on stderr.
 """
 
@@ -39,12 +41,12 @@ from faulthunt.errors import UsageError
 from faulthunt.ledger.writer import LedgerWriter
 from faulthunt.records.ledger import EVENT_NOTE
 
-MODES = ("auto", "cupti", "numba", "cupy", "torch", "cuda_core", "off")
+MODES = ("auto", "cupti", "numba", "cupy", "torch", "off")
 #: environment variable through which stress tells workers which ledger mode to use
 LEDGER_ENV = "FAULTHUNT_LEDGER"
-REFINEMENTS = ("numba", "cupy", "torch", "cuda_core")
+REFINEMENTS = ("numba", "cupy", "torch")
 #: the module whose import triggers each refinement
-TRIGGER = {"numba": "numba.cuda", "cupy": "cupy", "torch": "torch.cuda", "cuda_core": "cuda.core"}
+TRIGGER = {"numba": "numba.cuda", "cupy": "cupy", "torch": "torch"}
 
 
 class Source(Protocol):
