@@ -516,10 +516,15 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> N
 
     mapping = read_json(run_dir / Layout.MAPPING, default=None)
     verdicts: dict[str, list[str]] = {}
+    base_of = {str(x.get("nodeid")): str(x.get("base_nodeid")) for x in summary.get("xids", [])}
+    base_of.update({str(f.get("nodeid")): str(f.get("base_nodeid"))
+                    for f in summary.get("failures", [])})
     if isinstance(mapping, list):
         for m in mapping:
-            if isinstance(m, dict):
-                key = str(m.get("base_nodeid") or m.get("nodeid") or "")
+            if isinstance(m, dict) and m.get("verdict"):
+                # mapper entries (docs/mapper.md) name the test as attributed_nodeid
+                nodeid = str(m.get("attributed_nodeid") or m.get("nodeid") or "")
+                key = base_of.get(nodeid, nodeid)
                 verdicts.setdefault(key, []).append(str(m.get("verdict")))
     xid_by_test: dict[str, Counter[str]] = {}
     for x in summary.get("xids", []):
