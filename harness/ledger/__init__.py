@@ -47,6 +47,8 @@ LEDGER_ENV = "FAULTHUNT_LEDGER"
 REFINEMENTS = ("numba", "cupy", "torch")
 #: the module whose import triggers each refinement
 TRIGGER = {"numba": "numba.cuda", "cupy": "cupy", "torch": "torch"}
+#: the faulthunt.ledger module implementing each refinement
+MODULE = {"numba": "numba_emm", "cupy": "cupy_hook", "torch": "torch_trace"}
 
 
 class Source(Protocol):
@@ -168,7 +170,7 @@ class LedgerHandle:
     def arm(self, name: str) -> None:
         """Install refinement ``name`` when its framework is imported (now if it already is)."""
         def start(_module: ModuleType) -> None:
-            mod = importlib.import_module(f"faulthunt.ledger.{name}")
+            mod = importlib.import_module(f"faulthunt.ledger.{MODULE[name]}")
             src = mod.start(self.writer)
             if src is not None:
                 with self._lock:

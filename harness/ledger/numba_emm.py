@@ -109,6 +109,10 @@ def start(writer: LedgerWriter) -> NumbaSource | None:
 
     if getattr(config, "ENABLE_CUDASIM", 0):
         return None  # the CUDA simulator has no memory manager to hook
+    # Honour a plugin chosen through NUMBA_CUDA_MEMORY_MANAGER (e.g. RMM's): wrap it, not numba's.
+    ensure = getattr(driver, "_ensure_memory_manager", None)
+    if ensure is not None:
+        ensure()
     base = getattr(driver, "_memory_manager", None) or driver.NumbaCUDAMemoryManager
     if getattr(base, "__name__", "").startswith("Ledger"):
         return NumbaSource(base)
