@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rich.console import Console
+
+from faulthunt.stress import render_summary
 from faulthunt.summary import (assemble_spans, attribute_xids, build_pci_map, build_summary,
                                normalize_pci, parse_gpu_uuid_lines, summarize_run, xid_spread)
 
@@ -156,3 +161,26 @@ def test_fuzz_attribution_never_raises(events):
     spans = assemble_spans(RECORDS, CONTROLLER)
     out = attribute_xids(events, spans, PCI_MAP)
     assert len(out) == len(events)
+
+
+# --- the end-of-run table (faulthunt.stress.render_summary), golden file at a fixed width ---
+
+GOLDEN = "stress/render_golden.txt"
+
+
+def test_render_matches_golden(tmp_path, data_dir):
+    summary = build_summary(RECORDS, CONTROLLER,
+                            [xid(31, 100, 10.5), xid(31, 100, 11.3), xid(31, 200, 12.0, pci="0000:00:07")],
+                            pci_map=PCI_MAP, exit_status=1)
+    # a mapper entry as faulthunt.mapper.map_run writes them (docs/mapper.md)
+    (tmp_path / "mapping.json").write_text(json.dumps(
+        [{"origin": "xid", "attributed_nodeid": "t::a[1-2]", "verdict": "past_end"}]))
+    out = io.StringIO()
+    render_summary(summary, tmp_path, Console(file=out, width=120, color_system=None))
+    text = out.getvalue().replace(str(tmp_path), "<RUN>")
+    golden = data_dir / GOLDEN
+    header = ("# Golden output of faulthunt.stress.render_summary for tests/test_summary.py "
+              "(width 120); regenerate with FAULTHUNT_REGOLD=1\n")
+    if os.environ.get("FAULTHUNT_REGOLD"):
+        golden.write_text(header + text)
+    assert header + text == golden.read_text()
