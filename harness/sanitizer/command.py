@@ -253,17 +253,18 @@ def require_compute_sanitizer(env: Mapping[str, str] | None = None) -> Path:
     return path
 
 
-def probe(path: Path | str, timeout: float = 60.0) -> ToolInfo:
+def probe(path: Path | str, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> ToolInfo:
     """Run ``--help`` and ``--version`` (no GPU needed) and read the options."""
     path = str(path)
     if not os.access(path, os.X_OK):
         raise ToolMissingError(f"{path} is not executable",
                                fix=f"chmod +x {path} (a wheel unpacked without pip loses the bit)")
     try:
+        run_env = dict(env) if env is not None else None
         helped = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=timeout,
-                                errors="replace", check=False)
+                                errors="replace", check=False, env=run_env)
         version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=timeout,
-                                 errors="replace", check=False)
+                                 errors="replace", check=False, env=run_env)
     except (OSError, subprocess.SubprocessError) as exc:
         raise ToolMissingError(f"cannot run {path} --help: {exc}", fix=HOW_TO_GET) from exc
     text = helped.stdout + helped.stderr

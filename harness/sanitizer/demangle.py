@@ -65,7 +65,8 @@ _CACHE: dict[str, str] = {}
 
 
 def _run_cxxfilt(names: list[str]) -> list[str]:
-    stubs = [n[len("__device_stub__"):] if n.startswith("__device_stub__") else n for n in names]
+    # nvcc's host stub of kernel _Z5scalePfif is __device_stub__Z5scalePfif
+    stubs = ["_" + n[len("__device_stub__"):] if n.startswith("__device_stub__") else n for n in names]
     exe = _cxxfilt()
     if exe is not None:
         try:

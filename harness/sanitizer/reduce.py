@@ -11,6 +11,7 @@ API errors, leaks and host-side reports follow, because an API error after a ker
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 from faulthunt.records.sanitizer import (
@@ -75,12 +76,21 @@ def _useful(frame: Frame) -> bool:
     return bool(frame.func)
 
 
+_CUDA_API = re.compile(r"^(?:\w+ )?(?:cuda[A-Z]|cu[A-Z])\w*")
+
+
 def host_site(r: SanitizerRecord) -> str | None:
-    """Where a host-side record (API error, leak) comes from: its first useful host frame."""
+    """Where a host-side record (API error, leak) comes from: the first useful frame that is not
+    the CUDA API itself (``cudaMalloc``, ``cudaError cudaMalloc<int>(...)``), so two leaks from two
+    call sites are two findings."""
+    fallback = None
     for frame in r.host_frames:
         if _useful(frame):
+            if frame.func and not frame.is_python and _CUDA_API.match(frame.func):
+                fallback = fallback or frame.render()
+                continue
             return frame.render()
-    return None
+    return fallback
 
 
 def _site(r: SanitizerRecord) -> str:

@@ -310,7 +310,7 @@ def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float
         raise UsageError(f"unknown tool {tool!r}", fix="use memcheck, racecheck, initcheck, synccheck or all")
     base_env = dict(os.environ if env is None else env)
     exe = cmd.require_compute_sanitizer(base_env)
-    info = cmd.probe(exe)
+    info = cmd.probe(exe, env=base_env)
     here = Path(cwd) if cwd is not None else Path.cwd()
     notes: list[str] = []
     started = time.time()

@@ -1,0 +1,238 @@
+"""``faulthunt sanitize`` end to end on CPU, with a stand-in compute-sanitizer.
+
+The stand-in (tests/data/sanitizer/standin_compute_sanitizer.py) is NOT the real tool: it answers
+``--help`` with the H200's real compute-sanitizer 2025.3.1 help text, rejects options that text does
+not list, really runs the target (the real pytest with the real faulthunt plugin), and replays a real
+H200 capture when the test fails. So the command construction, the test selection, the files written
+and the parsing are exercised for real; only "the GPU had a memory error" is simulated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faulthunt.cli import main
+from faulthunt.errors import ToolMissingError
+from faulthunt.rundir import create_run_dir, read_json, read_jsonl_dir, write_json_atomic
+from faulthunt.sanitizer import parse_text, parse_xml, run_sanitize
+from faulthunt.sanitizer import run as srun
+from faulthunt.sanitizer.run import base_of, read_last_failed
+
+DATA = Path(__file__).parent / "data"
+H200 = DATA / "h200"
+STANDIN = DATA / "sanitizer" / "standin_compute_sanitizer.py"
+
+SUITE = '''
+import time
+
+def test_oob():
+    assert False, "checksum of out[] is off by one element"
+
+def test_streamrace():
+    assert False, "scale() read stale data"
+
+def test_ok():
+    pass
+
+def test_hang():
+    time.sleep(120)
+'''
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "test_k.py").write_text(SUITE)
+    return proj
+
+
+def standin_env(tmp_path: Path, help_file: Path = H200 / "compute-sanitizer-help.txt") -> dict[str, str]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    exe = bindir / "compute-sanitizer"
+    exe.write_text(f"#!{sys.executable}\n" + STANDIN.read_text())
+    exe.chmod(0o755)
+    env = dict(os.environ)
+    env.pop("FAULTHUNT_COMPUTE_SANITIZER", None)
+    env.pop("FAULTHUNT_RUN_DIR", None)
+    env.update({
+        "PATH": f"{bindir}{os.pathsep}{env.get('PATH', '')}",
+        "STANDIN_HELP": str(help_file),
+        "STANDIN_ARGV_LOG": str(tmp_path / "argv.jsonl"),
+        "STANDIN_REPLAY": json.dumps({
+            "test_oob": {"text": str(H200 / "san_memcheck_oob1.txt"), "xml": str(H200 / "xml_memcheck_oob1.xml")},
+            "test_streamrace": {"text": str(H200 / "san_memcheck_streamrace.txt"),
+                                "xml": str(H200 / "xml_memcheck_streamrace.xml")},
+        }),
+    })
+    return env
+
+
+def invocations(tmp_path: Path) -> list[list[str]]:
+    return [json.loads(line) for line in (tmp_path / "argv.jsonl").read_text().splitlines()]
+
+
+def stress_run(tmp_path: Path, project: Path) -> Path:
+    run = create_run_dir(tmp_path / "runs" / "r1")
+    write_json_atomic(run / "run.json", {"id": "r1", "cwd": str(project), "pytest_args": ["test_k.py"]})
+    write_json_atomic(run / "summary.json", {
+        "tests_run": 20, "passed": 16, "exit_status": 1,
+        "failures": [
+            {"nodeid": "test_k.py::test_oob[2-5]", "base_nodeid": "test_k.py::test_oob", "outcome": "failed"},
+            {"nodeid": "test_k.py::test_oob[4-5]", "base_nodeid": "test_k.py::test_oob", "outcome": "failed"},
+            {"nodeid": "test_k.py::test_streamrace[1-5]", "base_nodeid": "test_k.py::test_streamrace",
+             "outcome": "crashed"},
+            {"nodeid": "test_k.py::test_ok[3-5]", "base_nodeid": "test_k.py::test_ok", "outcome": "collateral"},
+        ],
+        "xids": [], "by_test": [],
+    })
+    return run
+
+
+@pytest.mark.slow
+def test_reruns_recorded_failures_and_writes_everything(tmp_path, project, capsys):
+    run = stress_run(tmp_path, project)
+    result = run_sanitize(run, env=standin_env(tmp_path), timeout=120)
+    out_dir = run / "sanitizer"
+    assert result.out_dir == out_dir and result.exit_status == 1
+    # exactly the recorded base tests, once each, collateral left out
+    assert [t["nodeid"] for t in result.tests] == ["test_k.py::test_oob", "test_k.py::test_streamrace"]
+    head = result.findings[0]
+    assert (head.kernel, head.file, head.line, head.nodeid) == ("max_reduce_off_by_one", "faults.cu", 18, "test_k.py::test_oob")
+    race = [f for f in result.findings if f.nodeid == "test_k.py::test_streamrace"]
+    assert race[0].kernel == "scale" and race[0].line == 26 and race[0].count == 20
+    assert race[0].error == "Invalid __global__ read (potentially accessed before it is allocated)"
+
+    # the command: only options the 2025.3.1 help lists, and the issue's defaults
+    for argv in invocations(tmp_path):
+        cs = argv[: argv.index(sys.executable)]
+        target = argv[argv.index(sys.executable):]
+        for opt in (["--target-processes", "all"], ["--error-exitcode", "86"], ["--print-limit", "1000"],
+                    ["--report-api-errors", "no"], ["--track-stream-ordered-races", "all"], ["--tool", "memcheck"]):
+            assert cs[cs.index(opt[0]):][:2] == opt
+        assert "--xml" in cs and cs[cs.index("--save") + 1].endswith(".xml")
+        assert target[1:5] == ["-m", "pytest", "-p", "faulthunt"]
+        assert "--count" not in target and target[target.index("-n") + 1] == "0"
+        assert target[-1] in ("test_k.py::test_oob", "test_k.py::test_streamrace")
+
+    # the files of the run directory
+    log = (out_dir / "sanitizer.log").read_text()
+    assert "# faulthunt sanitize: test test_k.py::test_oob tool memcheck exit 86" in log
+    assert len(parse_text(log)) == 2 + 20
+    assert len(parse_xml((out_dir / "sanitizer.xml").read_text())) == 2 + 100
+    doc = read_json(out_dir / "sanitizer.json")
+    assert doc["records"] == 22 and doc["exit_status"] == 1 and doc["complete"] is True
+    assert doc["collateral"] == ["test_k.py::test_ok"]
+    assert doc["findings"][0]["kernel"] == "max_reduce_off_by_one"
+    assert {"tool", "kind", "kernel", "file", "line", "access", "size", "address_range", "count", "threads",
+            "blocks", "example", "host_stack", "nodeid"} <= set(doc["findings"][0])
+    assert [t["sanitizer_errors"] for t in doc["tests"]] == [True, True]
+    summary = (out_dir / "sanitizer_summary.txt").read_text()
+    assert "Offending kernel: Invalid __global__ write (out of bounds) in kernel max_reduce_off_by_one at faults.cu:18" in summary
+    # the rerun ran with the faulthunt plugin on: its own spans are in sanitizer/run/events
+    spans = read_jsonl_dir(out_dir / "run" / "events").records
+    assert {s["nodeid"] for s in spans if s.get("event") == "start"} == {"test_k.py::test_oob", "test_k.py::test_streamrace"}
+    # the user's own pytest cache is not touched by the rerun
+    assert not (project / ".pytest_cache").exists()
+    # the terminal shows the findings table
+    shown = capsys.readouterr().out
+    assert "max_reduce_off_by_one" in shown and "offending kernel:" in shown
+
+
+@pytest.mark.slow
+def test_last_failed_without_a_run(tmp_path, project):
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:faulthunt", "--count", "2",
+                    "-k", "not hang", "test_k.py"], cwd=project, capture_output=True, check=False)
+    assert sorted(read_last_failed(project)) == ["test_k.py::test_oob", "test_k.py::test_streamrace"]
+    result = run_sanitize(None, cwd=project, env=standin_env(tmp_path), quiet=True)
+    assert [t["nodeid"] for t in result.tests] == ["test_k.py::test_oob", "test_k.py::test_streamrace"]
+    assert result.out_dir.parent.parent == project / ".faulthunt" / "runs"
+    assert "no faulthunt run found" in result.notes[0]
+    assert (result.out_dir / "sanitizer.json").is_file()
+
+
+@pytest.mark.slow
+def test_timeout_kills_the_test_and_keeps_the_log(tmp_path, project):
+    run = stress_run(tmp_path, project)
+    result = run_sanitize(run, tests=["test_k.py::test_hang"], timeout=3, env=standin_env(tmp_path), quiet=True)
+    (t,) = result.tests
+    assert t["timed_out"] and result.exit_status == 1
+    assert any("ran past the 3s timeout" in n for n in result.notes)
+    assert (run / t["output"]).is_file()
+
+
+@pytest.mark.slow
+def test_all_tools_and_memcheck_only_options(tmp_path, project):
+    run = stress_run(tmp_path, project)
+    result = run_sanitize(run, tool="all", tests=["test_k.py::test_ok"], padding=32, env=standin_env(tmp_path), quiet=True)
+    assert [t["tool"] for t in result.tests] == ["memcheck", "racecheck", "initcheck", "synccheck"]
+    assert result.exit_status == 0 and result.findings == []
+    for argv in invocations(tmp_path):
+        tool = argv[argv.index("--tool") + 1]
+        assert ("--padding" in argv) == (tool == "memcheck")
+        assert ("--track-stream-ordered-races" in argv) == (tool == "memcheck")
+
+
+@pytest.mark.slow
+def test_old_sanitizer_gets_only_what_it_supports(tmp_path, project):
+    run = stress_run(tmp_path, project)
+    env = standin_env(tmp_path, DATA / "sanitizer" / "help" / "help-2020.1.0-built-from-docs.txt")
+    result = run_sanitize(run, tests=["test_k.py::test_oob"], padding=16, env=env, quiet=True)
+    # the stand-in rejects options its help does not list, so the run working proves none was passed
+    assert result.findings[0].kernel == "max_reduce_off_by_one"
+    assert any(d.startswith("--track-stream-ordered-races: not supported by compute-sanitizer 2020.1.0") for d in result.dropped)
+    assert any(d.startswith("--padding") for d in result.dropped)
+
+
+@pytest.mark.slow
+def test_missing_compute_sanitizer(tmp_path, project, capsys):
+    run = stress_run(tmp_path, project)
+    env = dict(os.environ, FAULTHUNT_COMPUTE_SANITIZER=str(tmp_path / "no-such-tool"))
+    with pytest.raises(ToolMissingError) as err:
+        run_sanitize(run, env=env, quiet=True)
+    assert "nvidia-cuda-sanitizer-api" in str(err.value)
+    os.environ["FAULTHUNT_COMPUTE_SANITIZER"] = str(tmp_path / "no-such-tool")
+    try:
+        assert main(["sanitize", "--run", str(run)]) == 4
+    finally:
+        del os.environ["FAULTHUNT_COMPUTE_SANITIZER"]
+    assert "pip install 'faulthunt[sanitizer]'" in capsys.readouterr().err
+
+
+# --- test selection (pure) ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nodeid,base", [
+    ("t.py::test_a[3-50]", "t.py::test_a"),
+    ("t.py::test_a[float32-3-50]", "t.py::test_a[float32]"),
+    ("t.py::test_a[1-1]", "t.py::test_a"),
+    ("t.py::test_a[float32]", "t.py::test_a[float32]"),
+    ("t.py::test_a[9-3]", "t.py::test_a[9-3]"),   # not a repeat id: step > count
+    ("t.py::test_a", "t.py::test_a"),
+])
+def test_base_of(nodeid, base):
+    assert base_of(nodeid) == base
+
+
+def test_selection_from_summary_and_events(tmp_path):
+    wanted, collateral = srun.tests_from_summary({
+        "failures": [{"nodeid": "a[1-2]", "base_nodeid": "a", "outcome": "failed"},
+                     {"nodeid": "b[1-2]", "outcome": "hung"},
+                     {"nodeid": "c", "base_nodeid": "c", "outcome": "collateral"}, "junk"],
+        "xids": [{"xid": 31, "base_nodeid": "d"}, {"xid": 43}]})
+    assert wanted == ["a", "b", "d"] and collateral == ["c"]
+    run = create_run_dir(tmp_path / "r")
+    ev = run / "events" / "gw0-1.jsonl"
+    ev.write_text("\n".join(json.dumps(r) for r in [
+        {"event": "start", "nodeid": "x[1-2]", "base_nodeid": "x", "pid": 1},
+        {"event": "end", "nodeid": "x[1-2]", "base_nodeid": "x", "pid": 1, "outcome": "passed"},
+        {"event": "start", "nodeid": "y[1-2]", "base_nodeid": "y", "pid": 1},
+        {"event": "end", "nodeid": "y[1-2]", "base_nodeid": "y", "pid": 1, "outcome": "failed"},
+        {"event": "start", "nodeid": "z[2-2]", "base_nodeid": "z", "pid": 1},
+    ]) + '\n{"event": "end", "nodeid": "z[2-2]", "outc')  # a worker killed mid-write
+    assert srun.tests_from_events(run) == ["y", "z"]
