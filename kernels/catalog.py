@@ -305,12 +305,12 @@ CATALOG: tuple[PlantedFault, ...] = (
     PlantedFault(
         12, "bounded_hang", "Bounded hang: a spin on a flag the host never releases",
         bug="the kernel spins on a flag in mapped pinned memory; the host forgets to release it, "
-            "so the kernel runs until its hard clock bound (globaltimer, 3 s; clock64 cap as a "
+            "so the kernel runs until its hard clock bound (globaltimer, 6 s; clock64 cap as a "
             "second guard) and reports that it timed out",
         twin="a host thread releases the flag 50 ms after the launch; the kernel ends at once",
         evidence=Evidence(
-            plain="the test takes the whole clock bound (3 s) and fails `kernel hit its clock "
-                  "bound`; with `faulthunt stress --timeout` below 3 s it is reported hung, with "
+            plain="the test takes the whole clock bound (6 s) and fails `kernel hit its clock "
+                  "bound`; with `faulthunt stress --timeout` below 6 s it is reported hung, with "
                   "stacks. It always ends by itself",
             sanitizer="none (no memory error)",
             xid="none",

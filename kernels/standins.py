@@ -29,7 +29,7 @@ SIMULATED = "SIMULATED on CPU (no GPU here)"
 PCI = "0000:00:06"
 #: the page a simulated wild write faults on (hi_lo as the driver prints it: 0x7faf_e7e00000)
 WILD_PAGE = 0x7FAF_E7E0_0000
-HANG_CAP_S = 3.0
+HANG_CAP_S = 6.0
 
 #: set by the misaligned stand-in: the sticky error every later simulated kernel in this process
 #: fails with, as a real poisoned CUDA context would

@@ -1,0 +1,223 @@
+"""``faulthunt demo``: the whole hunt over faulthunt's own planted faults, end to end.
+
+stress-run the bundled suite (``faulthunt.kernels.suite``) -> rerun under compute-sanitizer ->
+map fault addresses to allocations -> write the report, all into one run directory.
+
+On a GPU every step is real. On a machine without one the suite runs numba's CUDA simulator and
+the SIMULATED stand-ins (kernels/standins.py); their Xid lines go to a simulated kernel log in the
+run directory that stress follows with ``--xid-source file:PATH``; compute-sanitizer is absent, so
+that step says so and the demo goes on. Each step's module belongs to another part of faulthunt
+and is imported when its step runs: a missing one is reported as not available, never faked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from faulthunt.errors import FaulthuntError
+
+#: the simulated kernel log inside the run directory (CPU only)
+SIM_KERNEL_LOG = "simulated_kernel_log.txt"
+#: per-test timeout: below the planted hang's 6 s clock bound, so it is reported hung
+DEFAULT_TIMEOUT = 4.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoOptions:
+    run_dir: Path | None = None
+    workers: int = 2
+    count: int = 2
+    timeout: float = DEFAULT_TIMEOUT
+    #: intermittent mode: the bug in 1 run of ``every`` (seeded); None: every run
+    every: int | None = None
+    seed: int = 0
+    backend: str = "auto"       # auto | gpu | sim
+    cwd: Path | None = None
+    quiet: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    name: str
+    status: str                 # ok | found | skipped | unavailable | failed
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoResult:
+    run_dir: Path | None
+    backend: str
+    steps: tuple[Step, ...]
+
+    @property
+    def exit_status(self) -> int:
+        """0 when every available step ran; 1 when a step failed outright."""
+        return 1 if any(s.status == "failed" for s in self.steps) else 0
+
+
+def _say(out: Callable[[str], None], quiet: bool) -> Callable[[str], None]:
+    return (lambda msg: None) if quiet else (lambda msg: out(f"faulthunt demo: {msg}"))
+
+
+def suite_nodeids(suite: Path, backend: str) -> list[str]:
+    """The planted tests whose bug only compute-sanitizer sees (silent in a plain run): the demo
+    reruns these under memcheck besides the recorded failures."""
+    from faulthunt.kernels import backend as be
+    from faulthunt.kernels import catalog
+
+    test_file = suite / "test_planted.py"
+    out = []
+    for f in catalog.CATALOG:
+        if f.evidence.tool == "memcheck" and not f.evidence.tool_options and f.evidence.plain_error is None:
+            for flavour in be.flavours_for(f, backend):
+                out.append(f"{test_file}::test_planted[{f.name}-{flavour}]")
+    return out
+
+
+def run_demo(opts: DemoOptions, out: Callable[[str], None] | None = None) -> DemoResult:
+    """Run the demo pipeline; every step reports what it did or why it could not."""
+    from faulthunt.kernels import SUITE_DIR
+    from faulthunt.kernels import backend as be
+    from faulthunt.rundir import create_run_dir
+
+    say = _say(out or (lambda m: print(m, file=sys.stderr, flush=True)), opts.quiet)
+    steps: list[Step] = []
+    backend = be.choose({**os.environ, be.BACKEND_ENV: opts.backend})
+    if backend == be.GPU:
+        say("backend gpu: the real planted kernels (CUDA C++ via NVRTC + cuda.core, numba-cuda)")
+    else:
+        say("backend sim: NO GPU on this machine. The planted numba kernels run in numba's CUDA "
+            "simulator; a native crash (wild write), Xid lines, a sticky error and a bounded hang "
+            "are SIMULATED stand-ins, so that the pipeline can be seen end to end")
+    cwd = (opts.cwd or Path.cwd()).resolve()
+    run_dir = create_run_dir(opts.run_dir, base=cwd / ".faulthunt" / "runs").resolve()
+    say(f"run directory {run_dir}")
+
+    env = {be.BACKEND_ENV: backend}
+    if opts.every:
+        env.update({"FAULTHUNT_PLANT_EVERY": str(opts.every), "FAULTHUNT_PLANT_SEED": str(opts.seed)})
+        say(f"intermittent: each planted bug fires in 1 run of {opts.every} (seed {opts.seed})")
+    xid_source = "auto"
+    if backend == be.SIM:
+        from faulthunt.kernels.standins import SIM_XID_LOG_ENV
+
+        sim_log = run_dir / SIM_KERNEL_LOG
+        sim_log.touch()
+        env[SIM_XID_LOG_ENV] = str(sim_log)
+        xid_source = f"file:{sim_log}"
+        say(f"simulated kernel log (SIMULATED Xid lines, real format): {sim_log}")
+
+    # 1. stress ---------------------------------------------------------------------------------
+    summary: dict[str, Any] | None = None
+    try:
+        from faulthunt.stress import StressOptions, run_stress
+    except ImportError as exc:
+        steps.append(Step("stress", "unavailable", f"faulthunt.stress is not available ({exc})"))
+    else:
+        sopts = StressOptions(
+            pytest_args=(str(SUITE_DIR), "-p", "no:cacheprovider"), workers=opts.workers,
+            count=opts.count, timeout=opts.timeout, run_dir=run_dir, xid_source=xid_source,
+            cwd=cwd, env=env, quiet=opts.quiet)
+        say(f"stress: {opts.workers} workers x {opts.count} runs of each test in {SUITE_DIR}")
+        t0 = time.monotonic()
+        try:
+            result = run_stress(sopts)
+        except FaulthuntError as exc:
+            steps.append(Step("stress", "failed", str(exc)))
+        else:
+            summary = result.summary
+            steps.append(Step("stress", "found" if result.exit_status else "ok",
+                              _stress_line(summary, time.monotonic() - t0)))
+    say(steps[-1].message)
+
+    # 2. sanitize -------------------------------------------------------------------------------
+    os.environ.update(env)  # the reruns run the same suite on the same backend
+    try:
+        from faulthunt.sanitizer import run_sanitize
+    except ImportError as exc:
+        steps.append(Step("sanitize", "unavailable", f"faulthunt.sanitizer is not available ({exc})"))
+    else:
+        from faulthunt.errors import ToolMissingError
+
+        tests = None
+        if backend == be.GPU:
+            tests = sorted(set(_failed_nodeids(summary)) | set(suite_nodeids(SUITE_DIR, backend)))
+        try:
+            san = run_sanitize(run_dir, tool="memcheck", cwd=cwd, quiet=opts.quiet, tests=tests,
+                               timeout=300)
+        except ToolMissingError as exc:
+            steps.append(Step("sanitize", "skipped",
+                              f"compute-sanitizer is not on this machine"
+                              f"{' (no GPU: expected)' if backend == be.SIM else ''}; "
+                              f"skipped and going on. {exc.fix or ''}".strip()))
+        except FaulthuntError as exc:
+            steps.append(Step("sanitize", "failed", str(exc)))
+        else:
+            steps.append(Step("sanitize", "found" if san.findings else "ok",
+                              f"memcheck: {len(san.findings)} finding(s) -> {san.out_dir}"))
+    say(steps[-1].message)
+
+    # 3. map ------------------------------------------------------------------------------------
+    try:
+        from faulthunt.mapper import map_run
+    except ImportError as exc:
+        steps.append(Step("map", "unavailable", f"faulthunt.mapper is not available ({exc})"))
+    else:
+        try:
+            verdicts = map_run(run_dir)
+        except FaulthuntError as exc:
+            steps.append(Step("map", "failed", str(exc)))
+        else:
+            kinds = sorted({str(v.get("verdict")) for v in verdicts})
+            steps.append(Step("map", "ok", f"{len(verdicts)} fault address(es) mapped"
+                              + (f" ({', '.join(kinds)})" if kinds else "")))
+    say(steps[-1].message)
+
+    # 4. report ---------------------------------------------------------------------------------
+    try:
+        from faulthunt.report import write_reports
+    except ImportError as exc:
+        steps.append(Step("report", "unavailable", f"faulthunt.report is not available ({exc})"))
+    else:
+        try:
+            paths = write_reports(run_dir)
+        except FaulthuntError as exc:
+            steps.append(Step("report", "failed", str(exc)))
+        else:
+            steps.append(Step("report", "ok", "wrote " + ", ".join(str(p) for p in paths)))
+    say(steps[-1].message)
+    return DemoResult(run_dir, backend, tuple(steps))
+
+
+def _failed_nodeids(summary: dict[str, Any] | None) -> list[str]:
+    out = []
+    for f in (summary or {}).get("failures", []) or []:
+        if isinstance(f, dict) and f.get("outcome") != "collateral" and f.get("base_nodeid"):
+            out.append(str(f["base_nodeid"]))
+    return out
+
+
+def _stress_line(summary: dict[str, Any], secs: float) -> str:
+    fails = summary.get("failures", []) or []
+    by: dict[str, int] = {}
+    for f in fails:
+        if isinstance(f, dict):
+            by[str(f.get("outcome"))] = by.get(str(f.get("outcome")), 0) + 1
+    parts = ", ".join(f"{n} {k}" for k, n in sorted(by.items())) or "no failures"
+    return (f"stress: {summary.get('tests_run', '?')} test runs, {summary.get('passed', '?')} passed, "
+            f"{parts}, {len(summary.get('xids', []) or [])} Xid(s) attributed ({secs:.0f} s)")
+
+
+def render_steps(result: DemoResult) -> str:
+    """The closing table of the demo, plain text."""
+    lines = [f"faulthunt demo ({'GPU' if result.backend == 'gpu' else 'NO GPU: simulator + SIMULATED stand-ins'})",
+             f"run directory: {result.run_dir}"]
+    for s in result.steps:
+        lines.append(f"  {s.name:<9} {s.status:<11} {s.message}")
+    return "\n".join(lines)
