@@ -230,3 +230,38 @@ def test_stress_xid_from_file_source_attributed_to_test_and_worker(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["xids"][0]["nodeid"] == "test_xid.py::test_wild_write"
     assert (run / "kmsg_added.txt").read_text().count("Xid") == 1
+
+
+@pytest.mark.slow
+def test_stress_ctrl_c_keeps_results(tmp_path):
+    import signal
+    import time
+
+    _write(tmp_path / "test_slow.py", """
+        import time
+        def test_fast(): pass
+        def test_slow():
+            time.sleep(3)  # bounded
+    """)
+    run = tmp_path / "run"
+    env = dict(os.environ)
+    env.pop("FAULTHUNT_RUN_DIR", None)
+    proc = subprocess.Popen([sys.executable, "-m", "faulthunt", "stress", "-n", "0",
+                             "--xid-source", "none", "-q", "--run-dir", str(run), "test_slow.py"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        starts = [r for r in read_jsonl_dir(run / "events").records
+                  if r.get("event") == "start" and "test_slow" in r["nodeid"]]
+        if starts:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)   # only to faulthunt: it forwards one SIGINT to pytest
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["exit_status"] == 130
+    ends = {r["nodeid"]: r["outcome"] for r in read_jsonl_dir(run / "events").records
+            if r["event"] == "end"}
+    assert ends["test_slow.py::test_fast"] == "passed"
+    assert (run / "run.json").exists() and json.loads((run / "run.json").read_text())["ended"]

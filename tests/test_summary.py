@@ -184,3 +184,23 @@ def test_render_matches_golden(tmp_path, data_dir):
     if os.environ.get("FAULTHUNT_REGOLD"):
         golden.write_text(header + text)
     assert header + text == golden.read_text()
+
+
+_rec = st.fixed_dictionaries(
+    {"event": st.sampled_from(["start", "end", "worker", "hang", "junk"]),
+     "nodeid": st.sampled_from(["t::a", "t::b[1-2]", "t::c"]),
+     "pid": st.sampled_from([1, 2, None]),
+     "worker": st.sampled_from(["gw0", "gw1"])},
+    optional={"t": st.floats(0, 100), "t_mono": st.floats(0, 100),
+              "outcome": st.sampled_from(["passed", "failed", "hung", "weird"]),
+              "sticky_cuda_error": st.sampled_from([None, STICKY])})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_rec, max_size=12))
+def test_fuzz_spans_and_summary_never_raise(records):
+    s = build_summary(records, CONTROLLER, [xid(31, 1, 50.0)])
+    starts = sum(1 for r in records if r["event"] == "start")
+    assert s["tests_run"] >= 0 and len(s["failures"]) <= s["tests_run"] <= starts + len(records)
+    for row in s["by_test"]:
+        assert 0 <= row["failures"] <= row["runs"]
