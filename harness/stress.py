@@ -396,7 +396,9 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=False)
+                                # Own session: a terminal Ctrl-C reaches only us, and we forward
+                                # exactly one SIGINT (two would cut pytest's own clean stop short).
+                                start_new_session=True)
     except OSError as exc:
         log.close()
         raise FaulthuntError(f"cannot start pytest ({argv[0]}): {exc.strerror}",
