@@ -56,6 +56,9 @@ SPELLINGS = [
     ("CUDADriverError: CUDA_ERROR_HARDWARE_STACK_ERROR: hardware stack error", 714, "name"),
     ("cudaErrorAssert: device-side assert triggered", 710, "name"),
     ("CUDA error 718 at kernel.cu:3", 718, "code"),
+    # faulthunt.kernels' planted-fault error (kernels/results.py), cuda-python driver style
+    ("PlantedCudaError: CUDA_ERROR_ILLEGAL_ADDRESS (700) in cuCtxSynchronize: an illegal memory "
+     "access was encountered", 700, "name"),
 ]
 
 

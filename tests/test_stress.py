@@ -265,3 +265,72 @@ def test_stress_ctrl_c_keeps_results(tmp_path):
             if r["event"] == "end"}
     assert ends["test_slow.py::test_fast"] == "passed"
     assert (run / "run.json").exists() and json.loads((run / "run.json").read_text())["ended"]
+
+
+def test_kernel_log_watch_against_the_contract(tmp_path, monkeypatch):
+    """KernelLogWatch drives a source exactly as contracts.md specifies (cursor -> snapshot ->
+    Follower.start ... Follower.stop -> snapshot). The source here is a test double written to
+    that contract, so this runs whether or not faulthunt.kernlog is in the build."""
+    import dataclasses
+    import types
+
+    from faulthunt.stress import KernelLogWatch
+
+    calls: list[str] = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Ev:
+        seq: int
+        raw: str
+
+        def to_json(self):
+            return {"xid": 31, "pid": 7, "seq": self.seq, "ts": 1.0, "raw": self.raw}
+
+    class Cursor:
+        def to_json(self):
+            return {"seq": 41}
+
+    class Source:
+        name = "double"
+
+        def cursor(self):
+            calls.append("cursor")
+            return Cursor()
+
+        def snapshot(self):
+            calls.append("snapshot")
+            return "line\n"
+
+    class Follower:
+        def __init__(self, source, cursor, on_event, interval=0.25):
+            self.on_event = on_event
+
+        def start(self):
+            calls.append("start")
+            self.on_event(Ev(42, "NVRM: Xid (PCI:0000:00:06): 31, pid=7, ..."))
+
+        def stop(self):
+            calls.append("stop")
+            return types.SimpleNamespace(lines=("NVRM: Xid ...",), lost=2,
+                                         events=(Ev(42, "NVRM: Xid (PCI:0000:00:06): 31, pid=7, ..."),))
+
+    mod = types.ModuleType("faulthunt.kernlog.sources")
+    mod.open_source = lambda spec, warn=None: Source()
+    mod.Follower = Follower
+    pkg = types.ModuleType("faulthunt.kernlog")
+    pkg.sources = mod
+    monkeypatch.setitem(sys.modules, "faulthunt.kernlog", pkg)
+    monkeypatch.setitem(sys.modules, "faulthunt.kernlog.sources", mod)
+    live, warned = [], []
+    watch = KernelLogWatch(tmp_path, "auto", warned.append, live.append)
+    watch.start()
+    got = watch.stop()
+    assert calls == ["cursor", "snapshot", "start", "stop", "snapshot"]
+    assert json.loads((tmp_path / "kmsg_cursor.json").read_text()) == {"source": "double",
+                                                                        "cursor": {"seq": 41}}
+    assert (tmp_path / "kmsg_before.txt").read_text() == "line\n"
+    assert (tmp_path / "kmsg_added.txt").read_text() == "NVRM: Xid ...\n"
+    assert live[0]["seq"] == 42 and "t_seen_mono" in live[0]
+    # the final list carries the time the live follower first saw each line
+    assert got[0]["t_seen_mono"] == live[0]["t_seen_mono"]
+    assert watch.status == {"source": "double", "error": None, "lost": 2} and warned
