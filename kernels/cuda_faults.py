@@ -117,6 +117,16 @@ def compile_module(arch: str, *, lineinfo: bool = True) -> Any:
     return Program(SOURCE.read_text(), "c++", opts).compile("cubin")
 
 
+def cubin_sm(data: bytes) -> int | None:
+    """The SM version a cubin's SASS is for (75 for sm_75), from its ELF header; None if ``data``
+    is not a 64-bit ELF. CUDA keeps it in bits 8-15 of e_flags (the H200's cuobjdump
+    --list-elf names the same arch: tests/data/h200/cuobjdump_sm75_elf.txt)."""
+    if len(data) < 52 or data[:4] != b"\x7fELF" or data[4] != 2:
+        return None
+    flags = int.from_bytes(data[48:52], "little")
+    return (flags >> 8) & 0xFF
+
+
 @functools.lru_cache(maxsize=None)
 def _module() -> Any:
     return compile_module(device().arch)
