@@ -204,3 +204,45 @@ def test_fuzz_spans_and_summary_never_raise(records):
     assert s["tests_run"] >= 0 and len(s["failures"]) <= s["tests_run"] <= starts + len(records)
     for row in s["by_test"]:
         assert 0 <= row["failures"] <= row["runs"]
+
+
+MULTI = "stress/multigpu_constructed.txt"
+
+
+def test_multigpu_uuid_lines(data_dir):
+    uuids = parse_gpu_uuid_lines((data_dir / MULTI).read_text())
+    assert sorted(uuids) == ["0000:00:06", "0000:00:07"]
+
+
+def _have_kernlog_parser() -> bool:
+    try:
+        from faulthunt.kernlog.parse import parse_text  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _have_kernlog_parser(), reason="faulthunt.kernlog (engineer K) not in this build")
+def test_multigpu_log_attributed_per_device(data_dir):
+    from faulthunt.kernlog.parse import parse_text
+
+    text = (data_dir / MULTI).read_text()
+    events = [e.to_json() for e in parse_text(text)]
+    # two workers, one per GPU; the planted fault runs pinned to device 1 (gw1, then its
+    # replacement gw2 after the recycle)
+    records = [
+        start("t::wild[1-4]", 2001, "gw1", 100.0, device="1"),
+        end("t::wild[1-4]", 2001, "gw1", 100.4, "failed", STICKY),
+        start("t::wild[3-4]", 2002, "gw2", 103.0, device="1"),
+        end("t::wild[3-4]", 2002, "gw2", 103.45, "failed", STICKY),
+        start("t::clean[1-4]", 3000, "gw0", 100.0, device="0"),
+        end("t::clean[1-4]", 3000, "gw0", 104.0),
+    ]
+    pci_map = build_pci_map([], parse_gpu_uuid_lines(text))
+    s = build_summary(records, [], events, pci_map=pci_map)
+    got = [(x["xid"], x["nodeid"], x["worker"], x["device"]) for x in s["xids"]]
+    assert got == [(31, "t::wild[1-4]", "gw1", "GPU-0b1e2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d"),
+                   (31, "t::wild[3-4]", "gw2", "GPU-0b1e2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d"),
+                   (13, "t::wild[3-4]", "gw2", "GPU-0b1e2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d")]
+    spread = {r["xid"]: r["verdict"] for r in s["xid_spread"]}
+    assert spread[31] == "same_gpu"

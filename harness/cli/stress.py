@@ -66,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
     workers = args.workers
     if workers is None:
         workers = len(gpus) if gpus else 1
+    if gpus and workers == 0:
+        raise UsageError("--gpus pins xdist workers, but -n 0 runs no workers",
+                         fix="drop -n 0 (one worker per GPU by default), or set "
+                             "CUDA_VISIBLE_DEVICES yourself for a single process")
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, not {args.count}")
     if args.timeout is not None and args.timeout <= 0:
