@@ -246,3 +246,24 @@ def test_multigpu_log_attributed_per_device(data_dir):
                    (13, "t::wild[3-4]", "gw2", "GPU-0b1e2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d")]
     spread = {r["xid"]: r["verdict"] for r in s["xid_spread"]}
     assert spread[31] == "same_gpu"
+
+
+def test_h200_stress_run_capture(data_dir):
+    """The H200 run of scripts/gpu/stress_xid.sh (CuPy wild write 1 run in 5), re-summarised from
+    its own records: every Xid 31 goes to test_wild_store and to the worker with the line's pid."""
+    run = data_dir / "stress" / "h200_run"
+    if not (run / "summary.json").exists():
+        pytest.skip("H200 stress capture not committed yet (scripts/gpu/stress_xid.sh)")
+    s = summarize_run(run)
+    workers = {r["pid"]: r["worker"] for r in
+               (json.loads(line) for f in sorted((run / "events").glob("*.jsonl"))
+                for line in f.read_text().splitlines() if line.strip())
+               if r.get("event") == "worker"}
+    x31 = [x for x in s["xids"] if x["xid"] == 31]
+    assert x31
+    for x in x31:
+        assert x["base_nodeid"].endswith("test_wild.py::test_wild_store")
+        assert x["worker"] == workers[x["pid"]]
+    recorded = json.loads((run / "summary.json").read_text())
+    assert [(x["nodeid"], x["worker"]) for x in recorded["xids"] if x["xid"] == 31] == [
+        (x["nodeid"], x["worker"]) for x in x31]
