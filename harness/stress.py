@@ -285,7 +285,8 @@ class KernelLogWatch:
             self.follower = sources.Follower(self.source, self.cursor, self._event)
             self.follower.start()
             self.status["source"] = self.source.name
-        except FaulthuntError as exc:
+        except (FaulthuntError, OSError) as exc:
+            # The run goes on without Xid capture; the summary says why (kernel_log.error).
             self.status["error"] = str(exc)
             self.warn(f"kernel log: {exc}")
             self.source = self.follower = None
