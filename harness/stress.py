@@ -393,6 +393,7 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
 
     pytest_status: int | None = None
     interrupted = False
+    restart_budget_hit: list[str] = []
     log = open(run_dir / Layout.REPRODUCER_LOG, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -413,6 +414,9 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
             log.flush()
             if progress.total is None:
                 progress.total = parse_total(line)
+            if "maximum crashed workers reached" in line:
+                # xdist's restart budget ran out: the rest of the suite did not run
+                restart_budget_hit.append(line.strip())
             if on_line is not None:
                 on_line(line.rstrip("\n"))
 
@@ -460,6 +464,9 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
         from faulthunt.cli import ExitCode
 
         exit_status = ExitCode.INTERRUPTED
+    if restart_budget_hit and not summary.get("stopped_early"):
+        summary["stopped_early"] = (f"xdist: {restart_budget_hit[0]} "
+                                    "(raise --max-worker-restart to run the rest)")
     summary["exit_status"] = int(exit_status)
     summary["pytest_exit_status"] = pytest_status
     summary["skipped_lines"] = skipped
