@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--leak-check", action="store_true", help="memcheck: report leaked allocations")
     parser.add_argument("--kernel", action="append", default=[], metavar="FILTER",
                         help="only check kernels matching FILTER (kns=substring, kne=name, regex=...)")
+    parser.add_argument("--ledger", default="auto",
+                        help="allocation ledger of the rerun: auto, cupti, numba, cupy, torch, off (default auto)")
     parser.add_argument("--cwd", type=Path, default=None,
                         help="directory to run the tests in (default: the run's own)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress and no table")
@@ -108,5 +110,6 @@ def run(args: argparse.Namespace) -> int:
     result = run_sanitize(run_dir, tool=args.tool, timeout=args.timeout, last_failed=args.last_failed,
                           padding=args.padding, cwd=args.cwd, quiet=args.quiet,
                           print_limit=args.print_limit, report_api_errors=args.report_api_errors,
-                          leak_check=args.leak_check, kernel_filters=args.kernel, tests=args.test)
+                          leak_check=args.leak_check, kernel_filters=args.kernel, tests=args.test,
+                          ledger=args.ledger)
     return result.exit_status

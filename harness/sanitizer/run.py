@@ -295,13 +295,16 @@ def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float
                  quiet: bool = False, print_limit: int | None = cmd.DEFAULT_PRINT_LIMIT,
                  report_api_errors: str | None = "no", leak_check: bool = False,
                  kernel_filters: Sequence[str] = (), tests: Sequence[str] | None = None,
+                 ledger: str = "auto",
                  env: Mapping[str, str] | None = None, out: IO[str] | None = None) -> SanitizeResult:
     """Rerun the recorded failing base tests of ``run_dir`` under compute-sanitizer.
 
     ``tool`` is memcheck|racecheck|initcheck|synccheck|all. Without a run (``run_dir`` None and no
     latest run under ``cwd``) or with ``last_failed``, the tests come from pytest's last-failed
     cache and a new run directory is made. Raises :class:`ToolMissingError` when compute-sanitizer
-    is not installed. ``tests`` overrides the selection (node ids as given).
+    is not installed. ``tests`` overrides the selection (node ids as given). ``ledger`` is the
+    allocation-ledger mode of the rerun (``off`` if a CUPTI-based ledger and the sanitizer clash:
+    NVIDIA documents that compute-sanitizer does not interoperate with other CUDA tools).
     """
     log: IO[str] = out if out is not None else sys.stderr
     say = (lambda msg: None) if quiet else (lambda msg: print(f"faulthunt sanitize: {msg}", file=log, flush=True))
@@ -348,7 +351,7 @@ def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float
     say(f"{len(selected)} test(s) to rerun from {source}" + (f" with {', '.join(tools)}" if selected else ""))
 
     env_run = dict(base_env)
-    env_run.update({RUN_DIR_ENV: str(rerun_dir), LEDGER_ENV: env_run.get(LEDGER_ENV, "auto") or "auto",
+    env_run.update({RUN_DIR_ENV: str(rerun_dir), LEDGER_ENV: ledger,
                     "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
     for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         env_run.pop(var, None)
