@@ -170,3 +170,10 @@ def test_fires_about_one_in_n(every: int) -> None:
 def test_fires_depends_on_the_seed() -> None:
     keys = [f"t[{i}]" for i in range(200)]
     assert [fires(k, 4, 1) for k in keys] != [fires(k, 4, 2) for k in keys]
+
+
+def test_docs_kernels_table_is_the_catalog() -> None:
+    text = (REPO / "docs" / "kernels.md").read_text()
+    for f in CATALOG:
+        row = next(ln for ln in text.splitlines() if ln.startswith(f"| {f.number} | `{f.name}` |"))
+        assert f.evidence.plain.replace("|", "/") in row and f.evidence.xid.replace("|", "/") in row
