@@ -129,3 +129,13 @@ def test_probe_rejects_something_else(tmp_path):
     if os.geteuid() != 0 or not os.access(exe, os.X_OK):
         with pytest.raises(ToolMissingError, match="not executable"):
             cmd.probe(exe)
+
+
+def test_the_installed_compute_sanitizer_if_any():
+    path = cmd.find_compute_sanitizer()
+    if path is None:
+        pytest.skip("no compute-sanitizer installed here (CUDA toolkit or `pip install 'faulthunt[sanitizer]'`)")
+    info = cmd.probe(path)
+    assert info.version and {"tool", "xml", "save", "print-limit"} <= info.options
+    plan = cmd.build_command(info, log_file="L", xml_file="X")
+    assert plan.xml_file == "X" and plan.log_file == "L"

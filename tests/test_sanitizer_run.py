@@ -236,3 +236,14 @@ def test_selection_from_summary_and_events(tmp_path):
         {"event": "start", "nodeid": "z[2-2]", "base_nodeid": "z", "pid": 1},
     ]) + '\n{"event": "end", "nodeid": "z[2-2]", "outc')  # a worker killed mid-write
     assert srun.tests_from_events(run) == ["y", "z"]
+
+
+@pytest.mark.slow
+def test_nothing_to_rerun(tmp_path, project, capsys):
+    run = create_run_dir(tmp_path / "runs" / "clean")
+    write_json_atomic(run / "summary.json", {"tests_run": 3, "passed": 3, "failures": [], "xids": [], "exit_status": 0})
+    result = run_sanitize(run, cwd=project, env=standin_env(tmp_path))
+    assert result.exit_status == 0 and result.tests == [] and result.findings == []
+    doc = read_json(run / "sanitizer" / "sanitizer.json")
+    assert doc["complete"] and doc["findings"] == [] and doc["tests"] == []
+    assert "nothing to rerun" in capsys.readouterr().out
