@@ -1,0 +1,151 @@
+"""doctor on this CPU-only machine (real probes), and its verdicts on constructed machine states."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faulthunt import identity
+from faulthunt.cli import main
+from faulthunt.redact import REDACTED
+
+LOCAL = Path(__file__).parent / "data" / "cuobjdump"
+
+
+def test_doctor_without_gpu_says_so_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    if identity.collect_basic()["gpus"]:
+        pytest.skip("this machine has a GPU; the no-GPU path is for CPU runners")
+    assert main(["doctor", "--no-wheels"]) == 0
+    out = capsys.readouterr().out
+    assert "gpus        none:" in out and "no GPU on this machine" in out
+
+
+def test_doctor_json_is_complete(capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_FAKE_TOKEN", "ghp_" + "z" * 36)
+    monkeypatch.setenv("CUDA_NOTE", "see https://u:hunter2@example.org/x")
+    assert main(["doctor", "--json", "--no-wheels"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    for key in ("gpus", "driver", "driver_module", "cuda_driver", "cuda_runtime", "hmm", "tools",
+                "kernel_log", "ptrace", "nvml", "libraries", "problems", "env"):
+        assert key in full, key
+    assert set(full["tools"]) == {"compute-sanitizer", "cuobjdump", "cuda-gdb", "py-spy", "tmux", "tmate"}
+    for problem in full["problems"]:
+        assert problem["message"] and problem["fix"], problem
+    assert full["env"]["CUDA_FAKE_TOKEN"] == REDACTED
+    assert "hunter2" not in json.dumps(full)
+
+
+def test_tmux_version_is_real() -> None:
+    if not shutil.which("tmux"):
+        pytest.skip("tmux not installed")
+    tools = identity.collect_tools()
+    assert tools["tmux"]["path"] and tools["tmux"]["version"]
+
+
+@pytest.mark.slow
+def test_doctor_checks_a_real_library_against_a_v100() -> None:
+    # Uses the real cuobjdump (nvidia-cuda-cuobjdump wheel) on a real binary when both are here.
+    cuobjdump = identity.find_tool("cuobjdump")
+    lib = os.environ.get("FAULTHUNT_TEST_CUDA_LIB")
+    candidates = [lib] if lib else identity.wheel_cuda_libraries()
+    candidates = [c for c in candidates if c and identity.elf_has_device_code(c)]
+    if not cuobjdump or not candidates:
+        pytest.skip("needs cuobjdump (pip install nvidia-cuda-cuobjdump) and a CUDA library wheel")
+    proc = subprocess.run([sys.executable, "-m", "faulthunt", "doctor", "--json", "--no-wheels",
+                           "--lib", candidates[0], "--cc", "5.0"], capture_output=True, text=True)
+    full = json.loads(proc.stdout)
+    assert full["libraries"] and full["libraries"][0]["verdict"] == "cannot_run"
+
+
+def test_elf_fatbin_section_probe(tmp_path: Path) -> None:
+    assert identity.elf_has_device_code(sys.executable) is False
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"\x7fELF\x02" + b"\x00" * 10)
+    assert identity.elf_has_device_code(str(junk)) is None
+    assert identity.elf_has_device_code(str(tmp_path / "missing.so")) is None
+
+
+def test_collect_libraries_with_a_fake_cuobjdump(tmp_path: Path) -> None:
+    # The probe runs the cuobjdump it is given; this one replays the real captures.
+    fake = tmp_path / "cuobjdump"
+    fake.write_text("#!/bin/sh\n"
+                    f'case "$1" in --list-elf) cat {LOCAL}/libcurand_elf.txt;; '
+                    f'--list-ptx) cat {LOCAL}/libcurand_ptx.txt;; esac\n')
+    fake.chmod(0o755)
+    lib = tmp_path / "libcurand.so.10"
+    lib.write_bytes(b"not an elf: the section probe says None, so cuobjdump decides")
+    from faulthunt.archcheck import Arch
+    out = identity.collect_libraries([str(lib)], [Arch(7, 0)], str(fake))
+    assert out[0]["verdict"] == "cannot_run"
+    assert out[0]["message"].endswith("this sm_70 device cannot run its kernels")
+
+
+@pytest.mark.parametrize("scope,cap,euid,severity", [
+    (None, False, 1000, None), (0, False, 1000, None), (1, False, 1000, "problem"),
+    (2, False, 1000, "problem"), (2, True, 0, None), (3, True, 0, "problem"),
+    (None, False, 0, "warning"), (1, True, 1000, None),
+])
+def test_ptrace_verdicts(scope, cap, euid, severity) -> None:  # type: ignore[no-untyped-def]
+    verdict = identity.ptrace_verdict(scope, cap, euid)
+    assert (verdict[0] if verdict else None) == severity
+    if verdict:
+        assert verdict[3]  # every problem has its fix
+
+
+def test_kernel_log_problem_has_fix() -> None:
+    full = {"gpus": [{"cc": "9.0"}], "driver_module": "open", "nvml": True, "cuda_runtime": [{}],
+            "tools": {}, "kernel_log": {"kmsg_readable": False, "kmsg_error": "Operation not permitted",
+                                        "dmesg_restrict": 1, "cap_syslog": False},
+            "ptrace": {"ptrace_scope": 0, "cap_sys_ptrace": False, "euid": 1000}, "libraries": []}
+    problems = identity.problems_of(full)
+    assert len(problems) == 1
+    assert "dmesg_restrict=1" in problems[0]["message"] and "CAP_SYSLOG" in problems[0]["fix"]
+    assert "--xid-source nvml" in problems[0]["fix"]
+
+
+def test_missing_tools_are_problems_on_a_gpu_machine() -> None:
+    full = {"gpus": [{"cc": "7.0"}], "driver_module": None, "nvml": True, "cuda_runtime": [{}],
+            "tools": {"compute-sanitizer": {"path": None, "fix": "install it"},
+                      "tmate": {"path": None, "fix": "apt-get install tmate"}},
+            "kernel_log": {}, "ptrace": {}, "libraries": []}
+    by_area = {(p["area"], p["severity"]) for p in identity.problems_of(full)}
+    assert ("tools", "problem") in by_area and ("tools", "info") in by_area
+    assert ("driver", "warning") in by_area
+
+
+@pytest.mark.parametrize("tool,text,version", [
+    ("compute-sanitizer", (Path(__file__).parent / "data/h200/identity.txt").read_text().split(
+        "NVIDIA (R) Compute Sanitizer")[1][:200], "2025.3.1.0"),
+    ("cuobjdump", (LOCAL / "version.txt").read_text(), "13.5.37"),
+    ("py-spy", "py-spy 0.4.3\n", "0.4.3"),
+    ("tmux", "tmux 3.3a\n", "3.3a"),
+    ("tmate", "tmate 2.4.0\n", "2.4.0"),
+    ("cuda-gdb", "NVIDIA (R) cuda-gdb 13.0\nPortions Copyright (C) 2007-2025 NVIDIA Corporation\n", "13.0"),
+    ("tmux", "", None),
+])
+def test_tool_versions(tool: str, text: str, version: str | None) -> None:
+    assert identity.parse_tool_version(tool, text) == version
+
+
+def test_maps_parsing() -> None:
+    text = ("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libcuda.so.580.1\n"
+            "7f01-7f02 r--p 00000000 08:01 1 /usr/lib/libcuda.so.580.1\n"
+            "7f02-7f03 rw-p 00000000 00:00 0 \n"
+            "7f03-7f04 r-xp 00000000 08:01 2 /opt/x/libcudnn_cnn.so.9 (deleted)\n"
+            "7f04-7f05 r-xp 00000000 08:01 3 /usr/bin/python3.12\n"
+            "7f05-7f06 r-xp 00000000 08:01 4 /opt/my lib/libx.so\n")
+    assert identity.parse_maps_libraries(text) == ["/usr/lib/libcuda.so.580.1", "/opt/my lib/libx.so"]
+
+
+def test_doctor_pid_of_this_process(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "--json", "--no-wheels", "--pid", str(os.getpid()), "--cc", "9.0"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert full["libraries_checked"] > 0  # this python's own .so files were examined
+    assert main(["doctor", "--no-wheels", "--pid", "999999999"]) == 0
+    assert "cannot read /proc/999999999/maps" in capsys.readouterr().out
