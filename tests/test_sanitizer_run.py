@@ -247,3 +247,14 @@ def test_nothing_to_rerun(tmp_path, project, capsys):
     doc = read_json(run / "sanitizer" / "sanitizer.json")
     assert doc["complete"] and doc["findings"] == [] and doc["tests"] == []
     assert "nothing to rerun" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_sanitizer_that_cannot_run_is_not_a_clean_result(tmp_path, project, capsys):
+    run = stress_run(tmp_path, project)
+    env = standin_env(tmp_path)
+    env["STANDIN_TOOL_FAILS"] = str(DATA / "sanitizer" / "text" / "cpu_only_machine_2026.4.txt")
+    result = run_sanitize(run, tests=["test_k.py::test_oob"], env=env)
+    assert result.exit_status == 4 and result.findings == []
+    assert "Target application terminated before first instrumented API call" in result.tests[0]["tool_error"]
+    assert "could not check any test" in capsys.readouterr().out

@@ -33,7 +33,7 @@ from typing import IO, Any
 from xml.sax.saxutils import quoteattr
 
 from faulthunt import __version__
-from faulthunt.errors import FaulthuntError, InputError, RunDirError, UsageError
+from faulthunt.errors import FaulthuntError, InputError, RunDirError, ToolMissingError, UsageError
 from faulthunt.records.sanitizer import TOOLS, Finding, SanitizerRecord
 from faulthunt.rundir import (
     DEFAULT_BASE, RUN_DIR_ENV, Layout, create_run_dir, read_json, read_jsonl_dir, resolve_run_dir,
@@ -381,7 +381,11 @@ def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float
             records=total_records, notes=notes))
 
     def status(ordered: Sequence[Finding]) -> int:
-        return 1 if ordered or any(t.get("timed_out") for t in test_meta) else 0
+        if ordered or any(t.get("timed_out") for t in test_meta):
+            return 1
+        if test_meta and all(t.get("tool_error") for t in test_meta):
+            return ToolMissingError.exit_code  # nothing could be checked: as good as no tool
+        return 0
 
     flush(False)
     for nodeid in selected:
@@ -431,8 +435,16 @@ def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float
             if timed_out:
                 notes.append(f"{nodeid} [{t}] ran past the {timeout:g}s timeout and was killed; "
                              "its log holds what the sanitizer printed until then")
-            elif not records and rc not in (0, None) and not parsed.banners:
-                notes.append(f"{nodeid} [{t}]: exit {rc} and no sanitizer output; see {meta['output']}")
+            elif not records and rc not in (0, None, cmd.ERROR_EXITCODE):
+                errors = [n for n in parsed.notices if n.startswith(("Error", "Internal Sanitizer Error"))]
+                if errors or not parsed.banners:
+                    # the sanitizer could not check this test at all (no GPU, a driver mismatch,
+                    # the target died before CUDA started): not a clean result
+                    meta["tool_error"] = "; ".join(errors) or "no compute-sanitizer output"
+                    notes.append(f"compute-sanitizer could not check {nodeid} [{t}] (exit {rc}): "
+                                 f"{meta['tool_error']}; see {meta['log'] or meta['output']}")
+                else:
+                    notes.append(f"{nodeid} [{t}] still fails (exit {rc}) but the sanitizer reported nothing")
             flush(False)
 
     ordered = order_findings(findings)
@@ -445,6 +457,9 @@ def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float
         if ordered:
             print_table(ordered, sys.stdout)
             print(f"offending kernel: {render_headline(ordered[0])}", file=sys.stdout)
+        elif exit_status == ToolMissingError.exit_code:
+            print("faulthunt sanitize: compute-sanitizer could not check any test (see the notes below)",
+                  file=sys.stdout)
         else:
             print("faulthunt sanitize: no sanitizer errors" + (" (nothing to rerun)" if not selected else ""),
                   file=sys.stdout)

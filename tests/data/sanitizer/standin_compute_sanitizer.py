@@ -44,6 +44,15 @@ target = args[i:]
 with open(os.environ["STANDIN_ARGV_LOG"], "a", encoding="utf-8") as fh:
     fh.write(json.dumps(sys.argv) + "\n")
 
+if os.environ.get("STANDIN_TOOL_FAILS"):
+    # what the real 2026.4 binary printed on a machine without a GPU (text/cpu_only_machine_2026.4.txt)
+    text = open(os.environ["STANDIN_TOOL_FAILS"], encoding="utf-8").read()
+    if "log-file" in opts:
+        with open(opts["log-file"], "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    sys.exit(255)
 proc = subprocess.run(target)
 rc = proc.returncode
 replay = None
