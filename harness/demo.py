@@ -25,7 +25,7 @@ from faulthunt.errors import FaulthuntError
 #: the simulated kernel log inside the run directory (CPU only)
 SIM_KERNEL_LOG = "simulated_kernel_log.txt"
 #: per-test timeout: below the planted hang's 6 s clock bound, so it is reported hung
-DEFAULT_TIMEOUT = 4.0
+DEFAULT_TIMEOUT = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +137,6 @@ def run_demo(opts: DemoOptions, out: Callable[[str], None] | None = None) -> Dem
     say(steps[-1].message)
 
     # 2. sanitize -------------------------------------------------------------------------------
-    os.environ.update(env)  # the reruns run the same suite on the same backend
     try:
         from faulthunt.sanitizer import run_sanitize
     except ImportError as exc:
@@ -149,8 +148,9 @@ def run_demo(opts: DemoOptions, out: Callable[[str], None] | None = None) -> Dem
         if backend == be.GPU:
             tests = sorted(set(_failed_nodeids(summary)) | set(suite_nodeids(SUITE_DIR, backend)))
         try:
+            # the reruns run the same suite on the same backend
             san = run_sanitize(run_dir, tool="memcheck", cwd=cwd, quiet=opts.quiet, tests=tests,
-                               timeout=300)
+                               timeout=300, env={**os.environ, **env})
         except ToolMissingError as exc:
             steps.append(Step("sanitize", "skipped",
                               f"compute-sanitizer is not on this machine"

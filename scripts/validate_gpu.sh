@@ -2,7 +2,7 @@
 # End-to-end validation of faulthunt on a real GPU, with its own planted faults (kernels/).
 #
 #   scripts/validate_gpu.sh            # full: every planted fault + twin through faulthunt
-#                                      #   stress, sanitize and map; prints the table (~4-5 min)
+#                                      #   stress, sanitize and map; prints the table (~3-4 min)
 #   scripts/validate_gpu.sh --smoke    # quick: each planted kernel once, plainly and under its
 #                                      #   sanitizer tool, outputs printed (~2-3 min)
 #
@@ -54,7 +54,7 @@ direct() {  # name flavour tool opts folder variant
 # faulthunt sanitize of the planted test with its tool, faulthunt map, and the direct runs
 job() {  # name flavour tool opts
   local n=$1 fl=$2 tool=$3 opts=$4 d=$W/$1-$2; mkdir -p "$d"
-  timeout 90 python3 -m faulthunt stress -n 1 --timeout 4 --xid-source kmsg -q -k "$n-$fl" \
+  timeout 90 python3 -m faulthunt stress -n 1 --timeout 5 --xid-source kmsg -q -k "$n-$fl" \
     --run-dir "$d/run" "$SUITE" -- -p no:cacheprovider > "$d/stress.txt" 2>&1; echo "stress rc=$?" >> "$d/stress.txt"
   timeout 150 python3 -m faulthunt sanitize --run "$d/run" --tool "$tool" --timeout 120 -q \
     --test "$SUITE/test_planted.py::test_planted[$n-$fl]" > "$d/sanitize.txt" 2>&1; echo "sanitize rc=$?" >> "$d/sanitize.txt"
@@ -84,8 +84,8 @@ if [ "$MODE" = smoke ]; then
   done < "$W/jobs.txt"
   cat "$V/smoke.txt"
 else
-  say "full: faulthunt stress + sanitize + map for every planted fault and twin (5 at a time)"
-  xargs -P 5 -L 1 bash -c 'job "$@"' _ < "$W/jobs.txt" 2>&1 | tee -a "$LOG"
+  say "full: faulthunt stress + sanitize + map for every planted fault and twin (8 at a time)"
+  xargs -P 8 -L 1 bash -c 'job "$@"' _ < "$W/jobs.txt" 2>&1 | tee -a "$LOG"
   say "table"
   python3 -m faulthunt.kernels.validate "$W" > "$V/table.md" 2>> "$LOG"; echo "validate rc=$?" >> "$LOG"
   cp "$W/table.json" "$V/" 2>/dev/null

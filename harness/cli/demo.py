@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--workers", type=int, default=2, help="xdist workers (default 2)")
     parser.add_argument("--count", type=int, default=2, help="runs of each test (default 2)")
     parser.add_argument("--timeout", type=float, default=None,
-                        help="per-test seconds before a test counts as hung (default 4, below "
+                        help="per-test seconds before a test counts as hung (default 5, below "
                              "the planted hang's 6 s bound)")
     parser.add_argument("--every", type=int, default=None, metavar="N",
                         help="intermittent: each planted bug fires in 1 run of N (seeded)")

@@ -28,6 +28,27 @@ def _statement() -> str:
             "SIMULATED stand-ins; faults the simulator cannot show are skipped with the reason")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """On a GPU, compile planted.cu and import numba-cuda before any test starts, so that the
+    per-test timeout (which must stay below the planted hang's 6 s bound) is not spent on NVRTC
+    and numba start-up. A failure here is left for the tests themselves to report."""
+    if BACKEND != backend.GPU:
+        return
+    if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
+        return  # the xdist controller runs no tests: no CUDA context for it
+    try:
+        from faulthunt.kernels import cuda_faults
+
+        if cuda_faults.available() is None:
+            cuda_faults.kernel("scale")
+    except Exception:
+        pass
+    try:
+        import numba.cuda  # noqa: F401
+    except Exception:
+        pass
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return _statement()
 
