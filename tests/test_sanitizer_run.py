@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from faulthunt.cli import main
 from faulthunt.errors import ToolMissingError
@@ -258,3 +260,23 @@ def test_sanitizer_that_cannot_run_is_not_a_clean_result(tmp_path, project, caps
     assert result.exit_status == 4 and result.findings == []
     assert "Target application terminated before first instrumented API call" in result.tests[0]["tool_error"]
     assert "could not check any test" in capsys.readouterr().out
+
+
+def test_merged_xml_survives_a_cut_off_file():
+    whole = (H200 / "xml_memcheck_oob1.xml").read_text()
+    cut = (H200 / "xml_memcheck_uaf.xml").read_text()[:50_000]
+    doc = srun.merged_xml([({"nodeid": 'a.py::t["x"]', "tool": "memcheck", "exit_status": 86}, whole),
+                           ({"nodeid": "b.py::t", "tool": "initcheck", "exit_status": None}, cut),
+                           ({"nodeid": "c.py::t", "tool": "memcheck", "exit_status": 0}, "junk <<<")])
+    recs, intact = srun.parse_xml_stream(doc)
+    assert intact  # one well-formed document whatever its parts were
+    n_cut = len(srun.parse_xml_stream(cut)[0])
+    assert 0 < n_cut < 100 and len(recs) == 2 + n_cut
+    assert {r.tool for r in recs[2:]} == {"initcheck"}  # the <test tool=...> wins
+    assert 'faulthunt_truncated="true"' in doc
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_base_of_never_raises(nodeid):
+    assert isinstance(base_of(nodeid), str)

@@ -235,20 +235,22 @@ def salvage_xml(text: str) -> tuple[str, int, bool]:
     kept: list[ET.Element] = []
     depth = 0
     intact = True
+    step = 1 << 16
     try:
-        parser.feed(text)
+        for pos in range(0, len(text), step):
+            parser.feed(text[pos:pos + step])
+            for event, el in parser.read_events():
+                if el.tag != "record":
+                    continue
+                if event == "start":
+                    depth += 1
+                else:
+                    depth -= 1
+                    if depth == 0:
+                        kept.append(el)
         parser.close()
     except ET.ParseError:
-        intact = False
-    for event, el in parser.read_events():
-        if el.tag != "record":
-            continue
-        if event == "start":
-            depth += 1
-        else:
-            depth -= 1
-            if depth == 0:
-                kept.append(el)
+        intact = False  # the events read before the error are kept
     body = "".join(ET.tostring(el, encoding="unicode") for el in kept)
     attr = "" if intact else ' faulthunt_truncated="true"'
     return f"<ComputeSanitizerOutput{attr}>{body}</ComputeSanitizerOutput>", len(kept), intact and bool(text.strip())
