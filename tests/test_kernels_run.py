@@ -4,6 +4,7 @@ planted.cu where NVRTC is installed, and on a GPU the real thing."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from faulthunt.kernels import SUITE_DIR, backend, catalog, standins
 from faulthunt.kernels.runner import parse_result, run_isolated
@@ -222,3 +225,15 @@ def test_gpu_bug_raises_its_plain_error(fault: catalog.PlantedFault) -> None:
     got = run_isolated(fault.name, "bug", "cuda", backend="gpu", timeout=120)
     assert got.result and got.result["status"] == "error"
     assert fault.evidence.plain_error in got.result["error"]
+
+
+@given(st.text())
+def test_parse_result_never_raises_on_junk(text: str) -> None:
+    got = parse_result(text)
+    assert got is None or isinstance(got, dict)
+
+
+@given(st.dictionaries(st.text(max_size=8), st.one_of(st.none(), st.integers(), st.text(max_size=20)), max_size=5),
+       st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), max_size=30))
+def test_parse_result_round_trips_after_any_noise(record: dict, noise: str) -> None:
+    assert parse_result(f"{noise}\nFAULTHUNT-KERNEL-RESULT {json.dumps(record)}\n") == record
