@@ -280,3 +280,11 @@ def test_merged_xml_survives_a_cut_off_file():
 @given(st.text(max_size=40))
 def test_base_of_never_raises(nodeid):
     assert isinstance(base_of(nodeid), str)
+
+
+@pytest.mark.slow
+def test_a_test_that_no_longer_exists(tmp_path, project):
+    run = stress_run(tmp_path, project)
+    result = run_sanitize(run, tests=["test_k.py::test_renamed"], env=standin_env(tmp_path), quiet=True)
+    assert result.tests[0]["exit_status"] == 4 and result.exit_status == 4
+    assert any("pytest could not run test_k.py::test_renamed" in n for n in result.notes)

@@ -445,6 +445,11 @@ def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float
                     meta["tool_error"] = "; ".join(errors) or "no compute-sanitizer output"
                     notes.append(f"compute-sanitizer could not check {nodeid} [{t}] (exit {rc}): "
                                  f"{meta['tool_error']}; see {meta['log'] or meta['output']}")
+                elif rc in (4, 5):
+                    # pytest's usage error / nothing collected: the node id is gone or mistyped
+                    meta["tool_error"] = f"pytest could not run the test (exit {rc})"
+                    notes.append(f"pytest could not run {nodeid} (exit {rc}: no such test, or a usage "
+                                 f"error); see {meta['output']}")
                 else:
                     notes.append(f"{nodeid} [{t}] still fails (exit {rc}) but the sanitizer reported nothing")
             flush(False)
@@ -460,7 +465,7 @@ def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float
             print_table(ordered, sys.stdout)
             print(f"offending kernel: {render_headline(ordered[0])}", file=sys.stdout)
         elif exit_status == ToolMissingError.exit_code:
-            print("faulthunt sanitize: compute-sanitizer could not check any test (see the notes below)",
+            print("faulthunt sanitize: could not check any test under compute-sanitizer (see the notes below)",
                   file=sys.stdout)
         else:
             print("faulthunt sanitize: no sanitizer errors" + (" (nothing to rerun)" if not selected else ""),
