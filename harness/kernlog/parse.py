@@ -1,0 +1,440 @@
+"""Pure parsers for NVIDIA Xid reports in kernel-log text, in every driver era and line container.
+
+A report is one kernel-log line carrying ``NVRM: Xid (<dev>): <n>, [pid=<p>, [name=<comm>, ]]<message>``
+(grammar by driver era: /work/shared/reference/formats.md section 2, summarised in docs/kernlog.md).
+Whatever comes before ``NVRM:`` is the *container* a tool wrapped the line in, and is stripped and
+read for its timestamp / sequence number / wall time:
+
+    [   33.034470] NVRM: Xid ...                                   dmesg (uptime)
+    [Wed Dec  2 14:42:29 2026] NVRM: Xid ...                       dmesg -T
+    2026-12-02T14:42:29,250180+00:00 NVRM: Xid ...                 dmesg --time-format iso
+    kern  :warn  : [   33.034470] NVRM: Xid ...                    dmesg --decode
+    <4>[   33.034470] NVRM: Xid ...                                dmesg -r, console
+    4,361,33034470,c;NVRM: Xid ...                                 /dev/kmsg record
+    Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid ...   syslog (any month name)
+    192.168.11.119: kern: warning: [2026-04-22T21:30:51.870495804Z]: NVRM: Xid ...   talosctl dmesg
+
+Nothing here opens a file or raises on bad text: :func:`parse_line` returns ``None`` for a line
+that is not an Xid report, and :func:`scan_text` also returns the lines that mention ``NVRM: Xid``
+but could not be read (truncated before the Xid number), so a caller can say so instead of
+silently dropping them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Iterable
+
+from faulthunt.kernlog.catalog import classify
+from faulthunt.records.xid import GrException, MmuFault, XidEvent
+
+MARKER = "NVRM: Xid"
+_MARKER_B = MARKER.encode()
+
+#: Widest GPU virtual address of any NVIDIA MMU (Hopper and later: 57 bits). A decoded Xid 31
+#: address at or above this cannot be a user VA.
+GPU_VA_BITS = 57
+
+# --- the Xid report itself ------------------------------------------------------------------------
+# Real line (H200, driver 580.159.04):
+#   NVRM: Xid (PCI:0000:00:06): 31, pid=617, name=faults, channel 0x0000000a, intr 00000000. MMU Fault: ...
+# Very old drivers print the device without "PCI:" (`NVRM: Xid (0000:01:00): 3, C 00000005 ...`);
+# MIG adds ` GPU-I:05 GPU-CI:01` after the PCI address. The device text is read leniently
+# (anything up to ")") and picked apart by _parse_dev, so a format we have not seen still yields
+# the Xid number. Numbers are bounded in width so int() never sees a runaway digit string.
+_HEAD_RE = re.compile(r"NVRM: Xid \((?P<dev>[^()\n]{0,80})\):? ?(?P<xid>\d{1,6})(?!\d)")
+_DEV_PCI_RE = re.compile(r"(?:PCI:)?([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)")
+_DEV_GI_RE = re.compile(r"GPU-I:\s*(\d{1,5})")
+_DEV_CI_RE = re.compile(r"GPU-CI:\s*(\d{1,5})")
+_PID_RE = re.compile(r"pid=(?:'<unknown>'|<unknown>|'?(?P<pid>\d{1,10})'?)")
+_CAUSED_RE = re.compile(r"caused by previous Xid (\d{1,6})")
+# `Ch 00000008` (<= 575), `channel 0x0000000a` (580+), `ChID 0052` / `ChId 003b` (Xid 13/69),
+# `Channel ID 00000052` (Xid 32)
+_CHANNEL_RE = re.compile(r"\b(?:Ch |channel 0x|ChI[Dd] |Channel ID )([0-9A-Fa-f]{1,8})\b")
+
+# --- Xid 31: MMU fault ------------------------------------------------------------------------------
+#   MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_6 faulted @ 0x7f7d_dbe00000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE
+#   MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_14 faulted @ 0x7f2f_cca58000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ
+#   MMU Fault: ENGINE GRAPHICS GPC0 UNRECOGNIZED_CLIENT faulted @ 0x182400_0030198d. Fault is of type UNRECOGNIZED_FAULT UNRECOGNIZED_ACCESS_TYPE
+_MMU_RE = re.compile(
+    r"MMU Fault: ENGINE (?P<engine>\S{1,64})(?: GPC(?P<gpc>\d{1,4}))?(?: (?P<client>\S{1,64}))? faulted @ "
+    r"0x(?P<hi>[0-9A-Fa-f]{1,16})_(?P<lo>[0-9A-Fa-f]{1,16})\b"
+    r"(?:\.? ?Fault is of type (?P<ftype>[A-Z0-9_]{1,64})(?: (?P<atype>[A-Z0-9_]{1,64}))?)?"
+)
+
+# --- Xid 13: SM / graphics exceptions ---------------------------------------------------------------
+#   Graphics SM Warp Exception on (GPC 1, TPC 4, SM 0): Misaligned Address
+#   Graphics SM Global Exception on (GPC 0, TPC 1): Physical Multiple Warp Errors     (Maxwell/Pascal)
+#   Graphics Exception: ESR 0x519730=0x500000f 0x519734=0x0 0x519728=0x1f81fb60 0x51972c=0x1174
+#   Graphics Exception: channel 0x0000000a, Class 0000cbc0, Offset 00000510, Data 0017e2ac
+_GR_ON_RE = re.compile(
+    r"Graphics (?P<unit>SM Warp|SM Global|[A-Za-z]{1,16}) Exception on "
+    r"\(GPC (?P<gpc>\d{1,4}), TPC (?P<tpc>\d{1,4})(?:, SM (?P<sm>\d{1,4}))?\):? ?(?P<err>.*)$"
+)
+_ESR_RE = re.compile(r"Graphics Exception: ESR (?P<pairs>(?:0x[0-9A-Fa-f]{1,16}=0x[0-9A-Fa-f]{1,16} ?)+)")
+_ESR_PAIR_RE = re.compile(r"0x([0-9A-Fa-f]{1,16})=0x([0-9A-Fa-f]{1,16})")
+
+# --- containers (everything before "NVRM:") -------------------------------------------------------
+_LEVELS = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warn": 4, "warning": 4, "notice": 5, "info": 6,
+           "debug": 7}
+_CONSOLE_RE = re.compile(r"<(\d{1,4})>")
+# /dev/kmsg: PRI,SEQ,TS_USEC,FLAGS[,more fields];MSG
+_KMSG_RE = re.compile(r"(\d{1,5}),(\d{1,20}),(\d{1,20}),[^;,]{0,4}(?:,[^;]{0,200})?;")
+_UPTIME_RE = re.compile(r"\[\s{0,20}(\d{1,12}\.\d{1,9})\]:? ?")
+# dmesg -T / --ctime: [Wed Dec  2 14:42:29 2026] (day and month names may be localized)
+_CTIME_RE = re.compile(r"\[([^\[\]\n]{0,40}\d{1,2}:\d\d:\d\d[^\[\]\n]{0,20})\]:? ?")
+# dmesg --decode: "kern  :warn  : "
+_DECODE_RE = re.compile(r"([a-z][a-z0-9]{1,9}) *: *(emerg|alert|crit|err|warn|notice|info|debug) *: ")
+_ISO_RE = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?) ")
+# syslog / journalctl: "Nov 29 11:28:11 zeus kernel: ", "kwi 15 07:56:59 testowy kernel: ",
+# "Dec  2 11:38:47 worker4 kernel: " (two spaces); journalctl -o short-precise adds microseconds.
+_SYSLOG_RE = re.compile(r"(\S{1,12}) {1,2}(\d{1,2}) (\d\d:\d\d:\d\d(?:\.\d{1,9})?) (\S{1,255}) kernel: ")
+_HOST_KERNEL_RE = re.compile(r"(\S{1,255}) kernel: ")
+# talosctl dmesg: "192.168.11.119: kern: warning: [2026-04-22T21:30:51.870495804Z]: "
+_TALOS_RE = re.compile(r"(\S{1,255}): ([a-z][a-z0-9]{1,9}): ([a-z]{1,8}): \[([^\]\n]{1,40})\]: ")
+
+
+@dataclasses.dataclass(frozen=True)
+class Container:
+    """What the wrapping of one line said: kernel time, kmsg sequence number, wall time, log level, host."""
+
+    ts: float | None = None
+    seq: int | None = None
+    wall: str | None = None
+    level: int | None = None
+    host: str | None = None
+    #: the container kinds recognised, outermost first (e.g. ``("syslog", "uptime")``)
+    kinds: tuple[str, ...] = ()
+
+
+def parse_container(prefix: str) -> Container:
+    """Read the container text in front of ``NVRM:``; unrecognised leftovers are ignored, never an error."""
+    ts = seq = level = None
+    wall = host = None
+    kinds: list[str] = []
+    pos = 0
+    n = len(prefix)
+    # Each container can wrap another (syslog around uptime, talos around iso): peel them off
+    # outermost first; at most a handful of layers exist, the bound only guards against loops.
+    for _ in range(8):
+        while pos < n and prefix[pos] in " \t":
+            pos += 1
+        if pos >= n:
+            break
+        c = prefix[pos]
+        m = None
+        if c == "[":
+            m = _UPTIME_RE.match(prefix, pos)
+            if m:
+                ts = float(m.group(1))
+                kinds.append("uptime")
+            else:
+                m = _CTIME_RE.match(prefix, pos)
+                if m:
+                    wall = m.group(1).strip()
+                    kinds.append("ctime")
+        elif c == "<":
+            m = _CONSOLE_RE.match(prefix, pos)
+            if m:
+                level = int(m.group(1)) & 7
+                kinds.append("console")
+        elif c.isdigit():
+            m = _KMSG_RE.match(prefix, pos)
+            if m:
+                level = int(m.group(1)) & 7
+                seq = int(m.group(2))
+                ts = int(m.group(3)) / 1e6
+                kinds.append("kmsg")
+            else:
+                m = _ISO_RE.match(prefix, pos)
+                if m:
+                    wall = m.group(1)
+                    kinds.append("iso")
+                    hm = _HOST_KERNEL_RE.match(prefix, m.end())
+                    if hm:
+                        host = hm.group(1)
+                        m = hm
+                        kinds.append("syslog")
+        if m is None:
+            m = _DECODE_RE.match(prefix, pos)
+            if m:
+                level = _LEVELS.get(m.group(2), level)
+                kinds.append("decode")
+        if m is None:
+            m = _SYSLOG_RE.match(prefix, pos)
+            if m:
+                wall = f"{m.group(1)} {m.group(2)} {m.group(3)}"
+                host = m.group(4)
+                kinds.append("syslog")
+        if m is None:
+            m = _TALOS_RE.match(prefix, pos)
+            if m:
+                host = m.group(1)
+                level = _LEVELS.get(m.group(3), level)
+                wall = m.group(4)
+                kinds.append("talos")
+        if m is None:
+            m = _HOST_KERNEL_RE.match(prefix, pos)  # journalctl -o short-monotonic: "[ts] host kernel: "
+            if m:
+                host = m.group(1)
+                kinds.append("syslog")
+        if m is None or m.end() <= pos:
+            break
+        pos = m.end()
+    return Container(ts=ts, seq=seq, wall=wall, level=level, host=host, kinds=tuple(kinds))
+
+
+def decode_mmu(message: str) -> MmuFault | None:
+    """Decode the ``MMU Fault: ...`` text of an Xid 31 message; None when the message has none.
+
+    ``address = (hi << 32) | lo``. Not decodable (``address`` None, ``decodable`` False, ``reason``
+    set): an ``UNRECOGNIZED_*`` engine/client/fault/access name, a high half wider than 32 bits, a
+    low half that is not 8 hex digits (a truncated line), an address beyond the 57-bit GPU VA, or
+    one that is not 4 KiB aligned (the fault buffer stores bits 63:12, so a real page base is).
+    """
+    m = _MMU_RE.search(message)
+    if m is None:
+        return None
+    engine, client = m.group("engine"), m.group("client")
+    ftype, atype = m.group("ftype"), m.group("atype")
+    hi_s, lo_s = m.group("hi"), m.group("lo")
+    gpc = int(m.group("gpc")) if m.group("gpc") is not None else None
+    reason = None
+    hi, lo = int(hi_s, 16), int(lo_s, 16)
+    address = (hi << 32) | lo
+    names = [x for x in (engine, client, ftype, atype) if x]
+    if any(x.startswith("UNRECOGNIZED") for x in names):
+        reason = "unrecognized " + ", ".join(x for x in names if x.startswith("UNRECOGNIZED"))
+    elif len(lo_s) != 8:
+        reason = f"low half 0x{lo_s} is not 8 hex digits (truncated line?)"
+    elif hi >= 1 << 32:
+        reason = f"high half 0x{hi_s} is wider than 32 bits"
+    elif address >= 1 << GPU_VA_BITS:
+        reason = f"address 0x{address:x} is beyond the {GPU_VA_BITS}-bit GPU virtual address space"
+    elif address % 4096:
+        reason = f"address 0x{address:x} is not 4 KiB aligned"
+    elif client is None:
+        reason = "no client named"
+    return MmuFault(
+        address=None if reason else address,
+        engine=engine,
+        gpc=gpc,
+        client=client,
+        fault_type=ftype,
+        access_type=atype,
+        decodable=reason is None,
+        address_text=f"0x{hi_s}_{lo_s}",
+        reason=reason,
+    )
+
+
+def decode_gr(message: str) -> GrException | None:
+    """Decode the SM/graphics exception of an Xid 13 message; None when it is not one."""
+    m = _GR_ON_RE.search(message)
+    if m is not None:
+        unit = m.group("unit")
+        kind = {"SM Warp": "warp", "SM Global": "global"}.get(unit, unit.lower())
+        return GrException(
+            kind=kind,
+            gpc=int(m.group("gpc")),
+            tpc=int(m.group("tpc")),
+            sm=int(m.group("sm")) if m.group("sm") is not None else None,
+            error=m.group("err").strip() or None,
+        )
+    m = _ESR_RE.search(message)
+    if m is not None:
+        pairs = tuple((int(r, 16), int(v, 16)) for r, v in _ESR_PAIR_RE.findall(m.group("pairs")))
+        return GrException(kind="esr", esr=pairs)
+    i = message.find("Graphics Exception: ")
+    if i >= 0:
+        return GrException(kind="other", error=message[i + len("Graphics Exception: "):].strip() or None)
+    return None
+
+
+def _parse_dev(dev: str) -> tuple[str | None, int | None, int | None]:
+    m = _DEV_PCI_RE.search(dev)
+    pci = m.group(1) if m else (dev.strip() or None)
+    gi = _DEV_GI_RE.search(dev)
+    ci = _DEV_CI_RE.search(dev)
+    return pci, int(gi.group(1)) if gi else None, int(ci.group(1)) if ci else None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Body:
+    """The container-independent part of an Xid line (cached: real logs repeat bodies verbatim)."""
+
+    xid: int
+    pci: str | None
+    gi: int | None
+    ci: int | None
+    pid: int | None
+    process: str | None
+    message: str
+    category: str
+    mmu: MmuFault | None
+    caused_by: int | None
+    channel: int | None
+    gr: GrException | None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_body(report: str) -> _Body | None:
+    """Parse ``NVRM: Xid (...): N[, ...]`` (the text from the marker to the end of the line)."""
+    m = _HEAD_RE.match(report)
+    if m is None:
+        return None
+    xid = int(m.group("xid"))
+    pci, gi, ci = _parse_dev(m.group("dev"))
+    rest = report[m.end():]
+    if rest.startswith(","):
+        rest = rest[1:]
+    body = rest.strip()
+    pid: int | None = None
+    process: str | None = None
+    # 440+: "pid=<n>, " (515-560 print pid='<unknown>'); 515+: "name=<comm>, ". The comm can hold
+    # spaces, ':' and '[]' (`VLLM::EngineCor`, `nvc:[driver]`) but the driver always follows it
+    # with ", ", so the name is everything up to the next ", ".
+    if body.startswith("pid="):
+        pm = _PID_RE.match(body)
+        if pm is not None:
+            if pm.group("pid") is not None:
+                pid = int(pm.group("pid"))
+            body = body[pm.end():]
+        else:
+            cut = body.find(", ")
+            body = "" if cut < 0 else body[cut:]
+        body = body[2:] if body.startswith(", ") else body.lstrip(",").lstrip()
+    if body.startswith("name="):
+        cut = body.find(", ")
+        name = body[5:] if cut < 0 else body[5:cut]
+        body = "" if cut < 0 else body[cut + 2:]
+        name = name.strip()
+        process = None if name in ("", "<unknown>", "'<unknown>'") else name
+    message = body
+    mmu = decode_mmu(message) if "faulted @" in message else None
+    gr = decode_gr(message) if "Graphics" in message else None
+    cm = _CAUSED_RE.search(message)
+    chm = _CHANNEL_RE.search(message)
+    return _Body(
+        xid=xid, pci=pci, gi=gi, ci=ci, pid=pid, process=process, message=message,
+        category=classify(xid).category, mmu=mmu,
+        caused_by=int(cm.group(1)) if cm else None,
+        channel=int(chm.group(1), 16) if chm else None,
+        gr=gr,
+    )
+
+
+def parse_line(line: str) -> XidEvent | None:
+    """Parse one kernel-log line; an :class:`XidEvent` if it carries an ``NVRM: Xid`` report, else None.
+
+    Never raises on any ``str``: containers it does not know are ignored (the event then has no
+    ``ts``/``wall``), and a line cut before its Xid number gives None.
+    """
+    i = line.find(MARKER)
+    if i < 0:
+        return None
+    line = line.rstrip("\r\n")
+    body = _parse_body(line[i:].rstrip())
+    if body is None:
+        return None
+    cont = parse_container(line[:i]) if i else _EMPTY
+    return XidEvent(
+        xid=body.xid, pci=body.pci, gpu_instance=body.gi, compute_instance=body.ci,
+        pid=body.pid, process=body.process, message=body.message, category=body.category,
+        mmu=body.mmu, caused_by=body.caused_by, raw=line, seq=cont.seq, ts=cont.ts, wall=cont.wall,
+        channel=body.channel, gr=body.gr, level=cont.level,
+    )
+
+
+_EMPTY = Container()
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanResult:
+    """What :func:`scan_text` found: the events, and the lines that mention Xid but could not be read."""
+
+    events: tuple[XidEvent, ...]
+    #: lines containing ``NVRM: Xid`` that do not parse (cut before the Xid number, mangled)
+    unparsed: tuple[str, ...]
+
+
+def _candidate_lines(text: str) -> Iterable[str]:
+    """Every line of ``text`` that contains the marker, in order, each once.
+
+    The search runs over the whole buffer with ``str.find`` (C speed); only the few lines that
+    contain the marker are sliced out, so the cost is one pass plus the Xid lines themselves.
+    """
+    find, rfind = text.find, text.rfind
+    i = find(MARKER)
+    while i >= 0:
+        start = rfind("\n", 0, i) + 1
+        end = find("\n", i)
+        if end < 0:
+            end = len(text)
+        yield text[start:end]
+        i = find(MARKER, end)
+
+
+def scan_text(text: str) -> ScanResult:
+    """Parse every Xid line of ``text`` (any mix of containers), in input order."""
+    events: list[XidEvent] = []
+    unparsed: list[str] = []
+    for line in _candidate_lines(text):
+        ev = parse_line(line)
+        if ev is None:
+            unparsed.append(line.rstrip("\r"))
+        else:
+            events.append(ev)
+    return ScanResult(tuple(events), tuple(unparsed))
+
+
+def parse_text(text: str) -> list[XidEvent]:
+    """Every Xid event of ``text``, in input order (lines that do not parse are left out; see :func:`scan_text`)."""
+    return list(scan_text(text).events)
+
+
+def scan_bytes(data: bytes) -> ScanResult:
+    """:func:`scan_text` for raw bytes (a file, ``dmesg`` output) without decoding the whole buffer.
+
+    Candidate lines are found on the bytes and only those are decoded (UTF-8, undecodable bytes
+    replaced), so binary junk elsewhere in the log costs nothing and never raises.
+    """
+    events: list[XidEvent] = []
+    unparsed: list[str] = []
+    find, rfind = data.find, data.rfind
+    i = find(_MARKER_B)
+    while i >= 0:
+        start = rfind(b"\n", 0, i) + 1
+        end = find(b"\n", i)
+        if end < 0:
+            end = len(data)
+        line = data[start:end].decode("utf-8", "replace")
+        ev = parse_line(line)
+        if ev is None:
+            unparsed.append(line.rstrip("\r"))
+        else:
+            events.append(ev)
+        i = find(_MARKER_B, end)
+    return ScanResult(tuple(events), tuple(unparsed))
+
+
+# `NVRM: GPU at PCI:0000:00:06: GPU-f443d679-49ad-ee2e-df61-53505888c8f0` (once per GPU per driver load)
+_UUID_RE = re.compile(r"NVRM: GPU at PCI:([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?): (GPU-[0-9A-Fa-f-]{8,64})")
+
+
+def parse_gpu_uuids(text: str) -> dict[str, str]:
+    """PCI address -> GPU UUID, from the driver's once-per-load ``NVRM: GPU at PCI:...: GPU-...`` lines."""
+    return {m.group(1): m.group(2) for m in _UUID_RE.finditer(text)}
+
+
+def normalize_pci(pci: str | None) -> str | None:
+    """``0000:00:06``, ``00000000:00:06.0`` (nvidia-smi) and ``0000:00:06.0`` all become ``0000:00:06``."""
+    if not pci:
+        return None
+    m = _DEV_PCI_RE.search(pci)
+    if m is None:
+        return pci.lower()
+    dom, bus, dev = m.group(1).split(".")[0].split(":")
+    return f"{int(dom, 16):04x}:{bus.lower()}:{dev.lower()}"
