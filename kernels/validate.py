@@ -82,10 +82,10 @@ def _expected_plain(fault: catalog.PlantedFault) -> str:
 def judge(fault: catalog.PlantedFault, flavour: str, obs: Observed) -> Row:
     """Compare what was observed with the catalog's evidence for ``fault``. Pure."""
     ev = fault.evidence
-    # plain run
+    # plain run ("skipped": the kernel could not run there, e.g. no cuda.core: nothing was seen)
     out = obs.planted_outcome
-    if out is None:
-        plain = "not run"
+    if out is None or out == "skipped":
+        plain = "not run" + (" (skipped)" if out else "")
     elif fault.name in UNJUDGED_PLAIN:
         plain = f"(reported) {out}"
     elif ev.plain_error:
@@ -97,7 +97,9 @@ def judge(fault: catalog.PlantedFault, flavour: str, obs: Observed) -> Row:
     else:
         plain = ("yes: " if out == "passed" else "NO: ") + out
     # sanitizer
-    if ev.tool is None:
+    if obs.san_bug_text is not None and '"status": "unavailable"' in obs.san_bug_text:
+        sanitizer = "not run (the kernel could not run under it)"
+    elif ev.tool is None:
         if obs.san_bug_text is None:
             sanitizer = "n/a"
         else:
@@ -110,7 +112,7 @@ def judge(fault: catalog.PlantedFault, flavour: str, obs: Observed) -> Row:
         found = f"; faulthunt sanitize: {obs.findings} finding(s)" if obs.findings is not None else ""
         sanitizer = ("yes" if seen else "NO") + f": {ev.tool}{found}"
     # Xid
-    if out is None:
+    if out is None or out == "skipped":
         xid = "not run"
     else:
         want, got = set(ev.xids), set(obs.planted_xids)
@@ -119,8 +121,8 @@ def judge(fault: catalog.PlantedFault, flavour: str, obs: Observed) -> Row:
         else:
             xid = ("yes: none" if not got else "NO: " + ", ".join(map(str, sorted(got))))
     # twin
-    if obs.twin_outcome is None:
-        twin = "not run"
+    if obs.twin_outcome is None or obs.twin_outcome == "skipped":
+        twin = "not run" + (" (skipped)" if obs.twin_outcome else "")
     else:
         parts = [f"plain {obs.twin_outcome}"]
         good = obs.twin_outcome == "passed" and not obs.twin_xids

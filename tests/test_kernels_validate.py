@@ -59,6 +59,13 @@ REAL_STREAM_PLAIN = (H200 / "san_memcheck_streamrace_plain.txt").read_text()
     ("oob_write", obs(twin_outcome="collateral"), "twin", "NO: plain collateral, memcheck clean"),
     ("oob_write", obs(twin_xids=(31,)), "twin", "NO: plain passed, memcheck clean"),
     ("oob_write", obs(twin_outcome=None), "twin", "not run"),
+    # a kernel that could not run (no cuda.core) sees nothing: never a "yes"
+    ("stale_cache", obs(planted_outcome="skipped"), "plain", "not run (skipped)"),
+    ("stale_cache", obs(planted_outcome="skipped"), "xid", "not run"),
+    ("stale_cache", obs(twin_outcome="skipped"), "twin", "not run (skipped)"),
+    ("stale_cache", obs(san_bug_text='FAULTHUNT-KERNEL-RESULT {"status": "unavailable"}\n'
+                                     "========= ERROR SUMMARY: 0 errors"),
+     "sanitizer", "not run (the kernel could not run under it)"),
 ])
 def test_judge(name: str, o: Observed, cell: str, want: str) -> None:
     row = judge(catalog.get(name), "cuda", o)
