@@ -388,3 +388,14 @@ def test_page_pieces_cover_the_page_and_agree_with_bytes(page_hint, size):
     for (s, e), p in zip(ranges, v.pieces):
         for byte in (s, e):
             assert map_address(L, byte).verdict == p["verdict"]
+
+
+@pytest.mark.parametrize("line, why", MALFORMED + [("", None), ("   ", None)])
+def test_file_reader_fast_path_and_fallback_agree(tmp_path, line, why):
+    good = json.dumps(alloc(BASE, 4096, 1.0))
+    text = good + "\n" + line + "\n" + good.replace("1.0", "2.0") + "\n"
+    (tmp_path / "7.jsonl").write_text(text)
+    from_file = load_ledger(tmp_path)
+    from_text = parse_ledger_text(text)
+    assert (from_file.records, from_file.skipped) == (from_text.records, from_text.skipped)
+    assert map_address(from_file, BASE + 1).verdict == "inside"

@@ -13,6 +13,10 @@ address, so address reuse over time costs a bisect in the group, not a scan of t
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
+import json
+import operator
 import dataclasses
 import re
 from collections.abc import Iterable, Iterator
@@ -36,6 +40,8 @@ from faulthunt.records.ledger import (
 from faulthunt.rundir import JsonlRead, parse_jsonl, read_jsonl
 
 _INF = float("inf")
+_ADDRESS = operator.attrgetter("address")
+_T = operator.itemgetter("t")
 _PID_FILE = re.compile(r"^(\d+)")
 
 
@@ -44,12 +50,12 @@ class Life:
 
     __slots__ = ("address", "end", "size", "kind", "t0", "t1", "rec", "free", "completed", "also")
 
-    def __init__(self, rec: dict[str, Any], kind: str) -> None:
-        self.address: int = rec["address"]
-        self.size: int = rec["size"]
-        self.end: int = self.address + self.size
+    def __init__(self, rec: dict[str, Any], kind: str, address: int, size: int, t0: float) -> None:
+        self.address = address
+        self.size = size
+        self.end = address + size
         self.kind = kind
-        self.t0: float = float(rec["t"])
+        self.t0 = t0
         self.t1: float | None = None
         self.rec = rec
         self.free: dict[str, Any] | None = None
@@ -91,23 +97,37 @@ class LevelIndex:
     """Lives of one level (containers or blocks) of one pid, indexed for point queries."""
 
     def __init__(self, lives: list[Life]) -> None:
-        groups: dict[int, list[Life]] = {}
-        for life in lives:
-            groups.setdefault(life.address, []).append(life)
-        self.starts: list[int] = sorted(groups)
+        # `lives` arrive in allocation-time order; a stable sort by address keeps that order
+        # inside each group, so one pass groups them (no per-group sort).
+        ordered = sorted(lives, key=_ADDRESS)
+        self.starts: list[int] = []
         self.groups: list[list[Life]] = []
         self.times: list[list[float]] = []
         self.maxend: list[int] = []
+        self._count = len(ordered)
         running = -1
-        for start in self.starts:
-            group = sorted(groups[start], key=lambda lf: lf.t0)
-            self.groups.append(group)
-            self.times.append([lf.t0 for lf in group])
-            running = max(running, max(lf.end for lf in group))
-            self.maxend.append(running)
+        prev = None
+        group: list[Life] = []
+        times: list[float] = []
+        for life in ordered:
+            if life.address != prev:
+                prev = life.address
+                group, times = [life], [life.t0]
+                self.starts.append(prev)
+                self.groups.append(group)
+                self.times.append(times)
+                if life.end > running:
+                    running = life.end
+                self.maxend.append(running)
+            else:
+                group.append(life)
+                times.append(life.t0)
+                if life.end > running:
+                    running = life.end
+                    self.maxend[-1] = running
 
     def __len__(self) -> int:
-        return sum(len(g) for g in self.groups)
+        return self._count
 
     def containing(self, address: int, at: float) -> tuple[list[Life], list[Life]]:
         """(lives containing ``address`` live at ``at``, lives that contained it and were freed by ``at``)."""
@@ -231,35 +251,70 @@ class Ledger:
         return self.pids.get(pid)
 
 
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    # Loading makes millions of long-lived objects and no cycles; the cyclic collector would
+    # rescan them again and again (it more than doubled load time of a 1M-record ledger).
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _level_of(kind: str) -> int:
     return 1 if kind == KIND_BLOCK else 0
 
 
 def build_ledger(records: Iterable[dict[str, Any]], *, skipped: int = 0,
-                 default_pid: dict[int, int | None] | None = None,
                  files: tuple[str, ...] = (), torn_files: tuple[str, ...] = ()) -> Ledger:
     """Replay records (any order; sorted by ``t`` per pid here) into a :class:`Ledger`. Pure."""
+    with _no_gc():
+        return _build(records, skipped, files, torn_files)
+
+
+def _build(records: Iterable[dict[str, Any]], skipped: int, files: tuple[str, ...],
+           torn_files: tuple[str, ...]) -> Ledger:
     by_pid: dict[int | None, list[dict[str, Any]]] = {}
     problems: list[str] = []
     count = 0
     for rec in records:
         count += 1
-        problem = record_problem(rec)
-        if problem is not None:
-            skipped += 1
-            if len(problems) < 5:
-                problems.append(problem)
+        if _well_formed(rec):
+            pid = rec.get("pid")
+            by_pid.setdefault(pid if type(pid) is int else None, []).append(rec)
             continue
-        pid = rec.get("pid")
-        if not isinstance(pid, int):
-            pid = None
-        by_pid.setdefault(pid, []).append(rec)
+        skipped += 1
+        if len(problems) < 5:
+            problems.append(record_problem(rec) or "malformed record")
     pids = {pid: _replay(pid, recs) for pid, recs in by_pid.items()}
     return Ledger(pids, count, skipped, torn_files, files, tuple(problems))
 
 
+_NUM = (int, float)
+_KINDS_OK = (None, KIND_DEVICE, KIND_SEGMENT, KIND_BLOCK)
+
+
+def _well_formed(rec: dict[str, Any]) -> bool:
+    """Fast check of the common case; anything it rejects goes to record_problem for the why."""
+    if type(rec.get("t")) not in _NUM:
+        return False
+    event = rec.get("event")
+    if event == EVENT_ALLOC:
+        a, n = rec.get("address"), rec.get("size")
+        return type(a) is int and a >= 0 and type(n) is int and n >= 0 and rec.get("kind") in _KINDS_OK
+    if event == EVENT_FREE:
+        a = rec.get("address")
+        return type(a) is int and a >= 0
+    if event == EVENT_LAUNCH:
+        return type(rec.get("kernel")) is str
+    return record_problem(rec) is None
+
+
 def _replay(pid: int | None, recs: list[dict[str, Any]]) -> PidLedger:
-    recs.sort(key=lambda r: r["t"])  # stable: equal times keep file order
+    recs.sort(key=_T)  # stable: equal times keep file order
     lives: tuple[list[Life], list[Life]] = ([], [])
     live_at: tuple[dict[int, Life], dict[int, Life]] = ({}, {})
     last_closed: tuple[dict[int, Life], dict[int, Life]] = ({}, {})
@@ -279,7 +334,7 @@ def _replay(pid: int | None, recs: list[dict[str, Any]]) -> PidLedger:
         if mono_offset is None and isinstance(rec.get("t_mono"), (int, float)):
             mono_offset = t - float(rec["t_mono"])
         if event == EVENT_ALLOC:
-            kind = rec.get("kind", KIND_DEVICE)
+            kind = rec.get("kind") or KIND_DEVICE
             level = _level_of(kind)
             addr = rec["address"]
             old = live_at[level].get(addr)
@@ -298,7 +353,7 @@ def _replay(pid: int | None, recs: list[dict[str, Any]]) -> PidLedger:
                 old.t1 = t
                 old.free = {"t": t, "implied": True, "source": "replay"}
                 last_closed[level][addr] = old
-            life = Life(rec, kind)
+            life = Life(rec, kind, addr, rec["size"], t)
             lives[level].append(life)
             live_at[level][addr] = life
         elif event == EVENT_FREE:
@@ -354,8 +409,27 @@ def _pid_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def read_ledger_file(path: Path) -> JsonlRead:
+    """Read one ledger file: the whole file in one JSON parse when every line is good (ledgers
+    run to a million lines), else line by line through the tolerant reader."""
+    try:
+        text = path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return read_jsonl(path)  # raises the RunDirError with the reason
+    if text.endswith("\n"):
+        # One parse for the whole file; a blank, torn or junk line breaks it and we fall back.
+        try:
+            objs = json.loads("[" + text[:-1].replace("\n", ",") + "]")
+        except ValueError:
+            objs = None
+        if (objs is not None and len(objs) == text.count("\n")
+                and all(type(o) is dict for o in objs)):
+            return JsonlRead(tuple(objs), 0, False)
+    return parse_jsonl(text)
+
+
 def iter_file_records(path: Path) -> tuple[Iterator[dict[str, Any]], JsonlRead]:
-    got = read_jsonl(path)
+    got = read_ledger_file(path)
     pid = _pid_from_name(path)
 
     def gen() -> Iterator[dict[str, Any]]:
@@ -376,12 +450,13 @@ def load_ledger(source: Path | Iterable[Path]) -> Ledger:
     all_records: list[dict[str, Any]] = []
     skipped = 0
     torn: list[str] = []
-    for path in files:
-        gen, got = iter_file_records(path)
-        all_records.extend(gen)
-        skipped += got.skipped
-        if got.torn_tail:
-            torn.append(str(path))
+    with _no_gc():
+        for path in files:
+            gen, got = iter_file_records(path)
+            all_records.extend(gen)
+            skipped += got.skipped
+            if got.torn_tail:
+                torn.append(str(path))
     return build_ledger(all_records, skipped=skipped, files=tuple(str(p) for p in files),
                         torn_files=tuple(torn))
 

@@ -88,7 +88,7 @@ def record_problem(rec: dict[str, Any]) -> str | None:
             size = rec.get("size")
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 return "missing or invalid size"
-            kind = rec.get("kind", KIND_DEVICE)
+            kind = rec.get("kind") or KIND_DEVICE
             if kind not in KINDS:
                 return f"unknown kind {kind!r}"
     if event == EVENT_LAUNCH and not isinstance(rec.get("kernel"), str):
