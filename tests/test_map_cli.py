@@ -130,3 +130,34 @@ def test_map_reports_skipped_torn_lines(run_dir, capsys):
     captured = capsys.readouterr()
     assert "skipped 1 malformed" in captured.err and "torn last line" in captured.err
     assert json.loads(captured.out)["verdict"] == "inside"
+
+
+def test_map_run_on_a_real_kmsg_xid_parsed_by_kernlog(tmp_path):
+    """The H200's raw /dev/kmsg record of `faults uaf` (tests/data/h200/kmsg_raw.txt), parsed by
+    faulthunt.kernlog into xid.jsonl as stress writes it; the ledger is constructed from what the
+    program printed (plain_uaf.txt: freed=0x7fe33de00000, 4000 bytes), on the kmsg clock."""
+    parse = pytest.importorskip("faulthunt.kernlog.parse")
+    raw = next(ln for ln in (Path(__file__).parent / "data" / "h200" / "kmsg_raw.txt").read_text().splitlines()
+               if " 31," in ln and "pid=583" in ln)
+    ev = parse.parse_line(raw)
+    assert ev is not None and ev.ts is not None
+    run = tmp_path / "run"
+    (run / Layout.LEDGER_DIR).mkdir(parents=True)
+    off = 1_764_683_000.0  # wall minus monotonic, as the worker's records carry it
+    _ledger(run, 583, [
+        {"event": "alloc", "address": 0x7FE33DE00000, "size": 4000, "t": off + ev.ts - 0.3,
+         "t_mono": ev.ts - 0.3, "source": "cupti", "nodeid": "t.py::test_uaf"},
+        {"event": "free", "address": 0x7FE33DE00000, "t": off + ev.ts - 0.2, "t_mono": ev.ts - 0.2,
+         "source": "cupti", "nodeid": "t.py::test_uaf"},
+        {"event": "launch", "kernel": "_Z5scalePfif", "t": off + ev.ts - 0.1, "t_mono": ev.ts - 0.1,
+         "nodeid": "t.py::test_uaf"},
+        # after the fault: a later test reuses the address; at the Xid's time it was still freed
+        {"event": "alloc", "address": 0x7FE33DE00000, "size": 4000, "t": off + ev.ts + 1.0,
+         "t_mono": ev.ts + 1.0, "source": "cupti", "nodeid": "t.py::test_next"},
+    ])
+    append_jsonl(run / Layout.XID, {**ev.to_json(), "worker": "gw0", "nodeid": "t.py::test_uaf"})
+    [e] = map_run(run)
+    assert e["verdict"] == "freed" and e["offset"] == [0, 3999]
+    assert e["allocation"]["freed"]["nodeid"] == "t.py::test_uaf"
+    assert e["time_basis"].startswith("kernel-log timestamp")
+    assert [k["kernel"] for k in e["launches"]] == ["_Z5scalePfif"]
