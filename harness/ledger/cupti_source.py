@@ -235,7 +235,14 @@ class CuptiSource:
             if event == EVENT_LAUNCH:
                 if self.dirty and self.flush_on_launch:
                     self.dirty = False
-                    self.cupti.activity_flush_all(int(self.cupti.ActivityFlag.FLUSH_FORCED))
+                    try:
+                        self.cupti.activity_flush_all(int(self.cupti.ActivityFlag.FLUSH_FORCED))
+                    except Exception as exc:
+                        # Said once; the 100 ms periodic flush still runs.
+                        self.flush_on_launch = False
+                        msg = f"ledger: CUPTI flush before launch failed ({exc}); periodic flush only"
+                        self.say(msg)
+                        self.writer.record(EVENT_NOTE, NAME, message=msg)
                 fields["stack"] = python_stack()
             self.writer.record(event, NAME, **fields)
         except Exception as exc:
