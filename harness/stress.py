@@ -344,8 +344,7 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
                console: Any = None) -> StressResult:
     """Run one stress hunt; everything recorded lands in the run directory."""
     from faulthunt.redact import redact_env
-    from faulthunt.summary import (attribute_xids, assemble_spans, build_summary,
-                                   found_something, pci_map_of_run, read_run_records)
+    from faulthunt.summary import assemble_spans, attribute_xids, read_run_records
 
     cwd = (opts.cwd or Path.cwd()).resolve()
     base = opts.base if opts.base is not None else cwd / DEFAULT_BASE
@@ -392,7 +391,6 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
     kernlog.start()
 
     pytest_status: int | None = None
-    interrupted = False
     restart_budget_hit: list[str] = []
     log = open(run_dir / Layout.REPRODUCER_LOG, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
     try:
@@ -425,6 +423,25 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
     # While pytest starts its workers (identity is not needed before the end of the run).
     write_json_atomic(run_dir / Layout.IDENTITY, _identity())
     live = _live(console, progress, opts.quiet)
+    interrupts = 0
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        # A handler instead of KeyboardInterrupt: an exception could land anywhere (in the
+        # progress poll, in the final summary) and lose the results. The first Ctrl-C is
+        # forwarded once to pytest (its own clean stop writes its results); a second one
+        # terminates it. Either way we go on to write everything down.
+        nonlocal interrupts
+        interrupts += 1
+        try:
+            if interrupts == 1:
+                proc.send_signal(signal.SIGINT)
+            else:
+                proc.terminate()
+        except ProcessLookupError:
+            pass
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
     try:
         while True:
             try:
@@ -434,14 +451,8 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
                 progress.poll()
                 if live is not None:
                     live.update(progress.line())
-            except KeyboardInterrupt:
-                if interrupted:  # second Ctrl-C: stop waiting politely
-                    proc.terminate()
-                else:
-                    interrupted = True
-                    # pytest's own KeyboardInterrupt path writes its results; we keep waiting.
-                    proc.send_signal(signal.SIGINT)
     finally:
+        interrupted = interrupts > 0
         reader.join(timeout=10)
         log.close()
         progress.poll()
@@ -450,6 +461,21 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
             live.stop()
         xids = kernlog.stop()
         live_xids.close()
+    try:
+        return _finish_run(run_dir, opts, run_info, kernlog, xids, pytest_status, interrupted,
+                           restart_budget_hit, warnings, warn)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _finish_run(run_dir: Path, opts: StressOptions, run_info: dict[str, Any],
+                kernlog: KernelLogWatch, xids: list[dict[str, Any]] | None,
+                pytest_status: int | None, interrupted: bool, restart_budget_hit: list[str],
+                warnings: list[str], warn: Callable[[str], None]) -> StressResult:
+    """Everything after pytest exited: attributed xid.jsonl, summary.json, run.json, mapping."""
+    from faulthunt.summary import (assemble_spans, attribute_xids, build_summary,
+                                   found_something, pci_map_of_run, read_run_records)
 
     records, controller, live_recorded, skipped = read_run_records(run_dir)
     if xids is None:
