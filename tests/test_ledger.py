@@ -398,3 +398,124 @@ def test_torch_new_entries_after_last_and_after_ring_wrap():
     gone = (T0 + 1, "alloc", 0, 1)  # overwritten by the ring buffer: everything newer is new
     assert new_entries(trace, gone) == trace[2:]
     assert key  # (names used above)
+
+
+# --- CuptiSource against a constructed stand-in of the cupti module ----------------------------
+
+class _FakeCupti:
+    """Only the names cupti_source uses, with cupti-python 13.0's spellings (constructed)."""
+
+    class ActivityKind:
+        MEMORY2 = 49
+
+    class ActivityMemoryOperationType:
+        ALLOCATION = OP_ALLOCATION
+        RELEASE = OP_RELEASE
+
+    class ApiCallbackSite:
+        API_ENTER = 0
+        API_EXIT = 1
+
+    class ActivityFlag:
+        FLUSH_FORCED = 1
+
+    class CallbackDomain:
+        DRIVER_API = 1
+
+    class Result:
+        ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
+
+    class driver_api_trace_cbid:
+        cuLaunchKernel = 307
+        cuMemAlloc_v2 = 34
+        cuCtxSynchronize = 17
+
+    class cuptiError(Exception):
+        def __init__(self, status):
+            super().__init__(f"CUPTI error {status}")
+            self.status = status
+
+    SUBSCRIBER_PARAMS_SIZE = 32
+
+    class SubscriberParams:
+        ptr = 0
+        old_subscriber_name = None
+
+    def __init__(self, busy: bool = False):
+        self.busy = busy
+        self.enabled: list[int] = []
+        self.flushes = 0
+        self.buffer_completed = None
+
+    def get_timestamp(self):
+        return 5_000_000_000
+
+    def activity_register_callbacks(self, req, done):
+        self.buffer_completed = done
+
+    def activity_enable(self, kind):
+        pass
+
+    def activity_disable(self, kind):
+        pass
+
+    def activity_flush_period(self, ms):
+        pass
+
+    def activity_flush_all(self, flag):
+        self.flushes += 1
+        # CUPTI hands the pending MEMORY2 record over now
+        self.buffer_completed([SimpleNamespace(kind=49, **vars(act(OP_ALLOCATION, BASE, 4000, 5_000_100_000, cid=5)))])
+
+    def subscribe_v2(self, cb, userdata, ptr):
+        if self.busy:
+            raise self.cuptiError(self.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+        self.cb = cb
+        return 1
+
+    def enable_callback(self, enable, sub, domain, cbid):
+        self.enabled.append(int(cbid))
+
+    def unsubscribe(self, sub):
+        pass
+
+
+def test_cupti_source_flushes_before_launch_and_joins_stack(tmp_path, monkeypatch):
+    from faulthunt.ledger import cupti_source
+
+    fake = _FakeCupti()
+    monkeypatch.setattr(cupti_source, "_import", lambda: fake)
+    w = LedgerWriter(tmp_path)
+    src = cupti_source.start(w)
+    assert sorted(fake.enabled) == [17, 34, 307]
+    context.set_current("t.py::test_k", "t.py::test_k")
+    try:
+        fake.cb(None, 1, 34, SimpleNamespace(callback_site=0, correlation_id=5, function_name="cuMemAlloc_v2",
+                                             symbol_name=None))
+        fake.cb(None, 1, 307, SimpleNamespace(callback_site=0, correlation_id=6, function_name="cuLaunchKernel",
+                                              symbol_name="_Z4pokePfx"))
+        fake.cb(None, 1, 17, SimpleNamespace(callback_site=1, correlation_id=7, function_name="cuCtxSynchronize",
+                                             symbol_name=None))
+    finally:
+        context.set_current(None, None)
+    w.close()
+    recs = [json.loads(x) for x in (tmp_path / f"{os.getpid()}.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in recs] == ["alloc", "launch", "sync"]  # the alloc is on disk first
+    assert fake.flushes == 1
+    assert recs[0]["nodeid"] == "t.py::test_k" and recs[0]["stack"]
+    assert recs[1]["kernel"] == "_Z4pokePfx" and recs[1]["correlation_id"] == 6
+    assert src.pending == {}
+
+
+def test_cupti_second_subscriber_falls_back_with_a_clear_message(tmp_path, monkeypatch):
+    from faulthunt.ledger import cupti_source
+
+    monkeypatch.setattr(cupti_source, "_import", lambda: _FakeCupti(busy=True))
+    said: list[str] = []
+    w = LedgerWriter(tmp_path)
+    src = cupti_source.start(w, say=said.append)
+    w.close()
+    assert src.subscriber is None
+    assert "already has a subscriber" in said[0] and "allocations from activity records only" in said[0]
+    note = json.loads((tmp_path / f"{os.getpid()}.jsonl").read_text().splitlines()[0])
+    assert note["event"] == "note" and "profiler" in note["message"]
