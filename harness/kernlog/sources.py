@@ -218,6 +218,26 @@ def parse_kmsg_record(data: bytes | str) -> KmsgRecord | None:
                       flags=m.group(4), message=first, dictionary=dictionary)
 
 
+def select_after(records: list[KmsgRecord], start: int) -> tuple[list[KmsgRecord], int, int]:
+    """The records at or after sequence number ``start``; how many are missing; the next seq.
+
+    Sequence numbers are consecutive, so every gap -- before the first record kept (the ring
+    buffer overwrote them before this read) or between two (overwritten mid-read, when the kernel
+    answered EPIPE) -- is records lost.
+    """
+    lost = 0
+    expected = start
+    kept: list[KmsgRecord] = []
+    for rec in records:
+        if rec.seq < expected:
+            continue
+        if rec.seq > expected:
+            lost += rec.seq - expected
+        kept.append(rec)
+        expected = rec.seq + 1
+    return kept, lost, expected
+
+
 def _kmsg_error(exc: OSError, path: str) -> KernelLogUnreadable:
     if exc.errno in (errno.EPERM, errno.EACCES):
         restrict = ""
@@ -315,16 +335,7 @@ class KmsgSource:
                 fd = self._open()
                 records, _ = self._drain(fd)
                 self._fd = fd
-            lost = 0
-            expected = start
-            kept: list[KmsgRecord] = []
-            for rec in records:
-                if rec.seq < expected:
-                    continue
-                if rec.seq > expected:
-                    lost += rec.seq - expected
-                kept.append(rec)
-                expected = rec.seq + 1
+            kept, lost, expected = select_after(records, start)
             self._fd_next = expected
         if lost:
             warnings.append(f"{lost} kernel-log record(s) were overwritten in the ring buffer before they "
