@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -389,15 +388,14 @@ def test_torch_trace_records_and_verdicts():
 
 
 def test_torch_new_entries_after_last_and_after_ring_wrap():
-    trace = [_e("alloc", BASE + i, 1, i) for i in range(5)]
-    key = ("x",)
     from faulthunt.ledger.torch_trace import entry_key
+
+    trace = [_e("alloc", BASE + i, 1, i) for i in range(5)]
     assert new_entries(trace, None) == trace
     assert new_entries(trace, entry_key(trace[2])) == trace[3:]
     assert new_entries(trace, entry_key(trace[-1])) == []
     gone = (T0 + 1, "alloc", 0, 1)  # overwritten by the ring buffer: everything newer is new
     assert new_entries(trace, gone) == trace[2:]
-    assert key  # (names used above)
 
 
 # --- CuptiSource against a constructed stand-in of the cupti module ----------------------------
