@@ -49,7 +49,7 @@ _KMSG_READ = 16384
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 FIX_UNREADABLE = (
-    "run as root, grant the capability (`sudo setcap cap_syslog+ep $(readlink -f $(which python3))`), "
+    "run as root, grant CAP_SYSLOG (`sudo setcap cap_syslog+ep $(readlink -f $(which python3))`), "
     "allow it for everyone (`sudo sysctl kernel.dmesg_restrict=0`), or use `--xid-source nvml` "
     "(Xid numbers only, no root needed)"
 )
