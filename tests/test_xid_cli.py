@@ -1,0 +1,132 @@
+"""`faulthunt xid ...` end to end through the real dispatcher (faulthunt.cli.main)."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from faulthunt.cli import main
+
+DATA = Path(__file__).parent / "data"
+H200_DMESG = DATA / "h200" / "dmesg.txt"
+KEYS = {"xid", "pci", "pid", "process", "message", "category", "mmu"}
+
+
+def test_parse_json_lines_in_input_order(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["xid", "parse", "--json", str(H200_DMESG), str(DATA / "kernlog" / "names_talos.log")]) == 0
+    objs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(objs) == 26 + 3 and all(KEYS <= set(o) for o in objs)
+    assert objs[0]["mmu"]["address"] == 0x7FAFE7E00000 and objs[1]["mmu"] is None and objs[1]["pid"] is None
+    assert [o["process"] for o in objs[-3:]] == ["VLLM::EngineCor", "nvc:[driver]", "Web Content"]
+    assert all(isinstance(o["xid"], int) for o in objs)
+
+
+def test_parse_table_says_whose_fault_and_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["xid", "parse", str(DATA / "kernlog" / "era_515_unknown_ctime.log")]) == 0
+    out = capsys.readouterr().out
+    assert "0x7f2fcca58000" in out and "[your code]" in out and "[the machine]" in out
+    assert "what to do:" in out and "compute-sanitizer" in out
+
+
+def test_parse_incidents_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["xid", "parse", "--json", "--incidents", str(H200_DMESG)]) == 0
+    incs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(incs) == 22 and incs[1]["pid"] == 553 and incs[1]["errors"] == ["Misaligned Address"]
+
+
+def test_parse_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+    import sys
+
+    fake = io.TextIOWrapper(io.BytesIO(b"\xff\x00junk\n[1.0] NVRM: Xid (PCI:0000:00:06): 43, pid=5, name=a, channel 0x1\n"))
+    monkeypatch.setattr(sys, "stdin", fake)
+    assert main(["xid", "parse", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["pid"] == 5
+
+
+def test_missing_file_fails_only_when_nothing_was_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["xid", "parse", str(tmp_path / "nope.log")]) == 3
+    err = capsys.readouterr().err
+    assert "no such file" in err and "fix:" in err
+    assert main(["xid", "parse", "--json", str(tmp_path / "nope.log"), str(H200_DMESG)]) == 0
+    captured = capsys.readouterr()
+    assert "no such file" in captured.err and len(captured.out.splitlines()) == 26
+    assert main(["xid", "parse", str(tmp_path)]) == 3
+
+
+def test_binary_and_truncated_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(os.urandom(4096) + b"\n[1.0] NVRM: Xid (PCI:0000:0")
+    assert main(["xid", "parse", str(junk)]) == 0
+    cap = capsys.readouterr()
+    assert "no Xid reports found" in cap.out and "could not be parsed" in cap.err
+
+
+def test_explain(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["xid", "explain", "31", "79"]) == 0
+    out = capsys.readouterr().out
+    assert "whose fault: your code" in out and "whose fault: the machine" in out
+    assert main(["xid", "explain", "--json", "13"]) == 0
+    assert json.loads(capsys.readouterr().out)["category"] == "app_memory_fault"
+
+
+def test_cursor_and_since_on_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("[1.0] boot\n")
+    assert main(["xid", "cursor", "--source", f"file:{log}"]) == 0
+    cur = capsys.readouterr().out.strip()
+    assert json.loads(cur)["source"] == "file"
+    with log.open("a") as fh:
+        fh.write("[2.0] NVRM: Xid (PCI:0000:00:06): 43, pid=77, name=t, channel 0x0000000a\n")
+    curfile = tmp_path / "kmsg_cursor.json"
+    curfile.write_text(cur)
+    assert main(["xid", "since", "--json", str(curfile)]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert lines[0]["pid"] == 77 and lines[-1]["cursor"]["offset"] == log.stat().st_size
+    # the trailer of `since --json` is itself a valid cursor: nothing new after it
+    assert main(["xid", "since", "--json", json.dumps(lines[-1])]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+@pytest.mark.parametrize("bad", ["garbage", "{not json", '{"source": 5}', '{"source": "nvml", "seq": 0}'])
+def test_since_bad_cursor(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["xid", "since", bad]) == 2
+    assert "fix:" in capsys.readouterr().err
+
+
+def _kmsg_rw() -> bool:
+    try:
+        os.close(os.open("/dev/kmsg", os.O_WRONLY))
+        os.close(os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _kmsg_rw(), reason="/dev/kmsg is not readable and writable here (needs root)")
+def test_cursor_and_since_on_the_real_kmsg(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["xid", "cursor", "--source", "kmsg"]) == 0
+    cur = capsys.readouterr().out.strip()
+    mark = "fh" + uuid.uuid4().hex[:8]
+    fd = os.open("/dev/kmsg", os.O_WRONLY)
+    os.write(fd, f"<4>NVRM: Xid (PCI:0000:00:06): 43, pid=4321, name={mark}, channel 0x0000000a\n".encode())
+    os.close(fd)
+    assert main(["xid", "since", "--json", cur]) == 0
+    objs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    mine = [o for o in objs[:-1] if o["process"] == mark]
+    assert len(mine) == 1 and mine[0]["seq"] >= json.loads(cur)["seq"] and objs[-1]["lost"] == 0
+
+
+def test_watch_for_a_moment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    assert main(["xid", "watch", "--source", f"file:{log}", "--duration", "0.1", "--interval", "0.05"]) == 0
+    assert "0 Xid report(s), 0 record(s) lost" in capsys.readouterr().err
+
+
+def test_no_action_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["xid"]) == 2
