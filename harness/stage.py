@@ -1,0 +1,460 @@
+"""``faulthunt stage``: a self-contained repro kit for the failing tests of a run.
+
+The kit is what a maintainer works in after a hunt (``/tmp/repro`` by default): scripts that
+rerun exactly the failing tests, a standalone reproducer per failing base test, helpers for
+py-spy and the kernel log, a cheatsheet, the system identity and the run's own logs.
+
+Every test id, path and argument that comes from the run directory is *data*: shell scripts get
+it through :func:`shlex.quote` (inside bash arrays), Python scripts through :func:`repr`, so ids
+with spaces, quotes, ``$()``, backticks or semicolons are passed to pytest and never executed.
+:func:`plan_kit` reads, :func:`render_kit` is pure (file name -> text), :func:`write_kit` writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from faulthunt.errors import RunDirError, UsageError
+from faulthunt.redact import redact_env, redact_text
+from faulthunt.rundir import Layout, read_json, write_json_atomic, write_text_atomic
+
+DEFAULT_KIT_DIR = Path("/tmp/repro")
+#: marks a directory as a faulthunt kit, so restaging may replace its files (and nothing else)
+KIT_MARKER = ".faulthunt-kit.json"
+#: the file whose creation ends a session's time limit early (faulthunt session)
+CONTINUE_FILE = "continue"
+#: run-directory entries copied into the kit's run/ (``stage/`` of the run would recurse)
+_SKIP_IN_COPY = {Layout.STAGE_DIR}
+
+
+@dataclass(frozen=True)
+class FailingTest:
+    """One failing base test of the run."""
+
+    base_nodeid: str
+    nodeids: tuple[str, ...]      # the concrete (repeat-step) ids that failed
+    outcomes: tuple[str, ...]     # failed / crashed / hung / collateral, as recorded
+    failures: int
+    runs: int | None              # from summary by_test, when known
+
+
+@dataclass(frozen=True)
+class KitPlan:
+    """Everything the kit's files are made from (no I/O after this)."""
+
+    run_dir: Path
+    run_id: str
+    cwd: str
+    python: str
+    pytest_args: tuple[str, ...]  # the run's own selection, for reference in the README
+    failing: tuple[FailingTest, ...]
+    count: int                    # default count of run_reproducer.sh
+    workers: str
+    staged_mono: float            # time.monotonic() at staging: the clock of /dev/kmsg timestamps
+    staged_wall: float
+    identity_text: str
+
+
+def _base_of(failure: dict[str, Any]) -> str | None:
+    base = failure.get("base_nodeid") or failure.get("nodeid")
+    return str(base) if base else None
+
+
+def failing_tests(summary: dict[str, Any]) -> tuple[FailingTest, ...]:
+    """Failing base tests of a ``summary.json`` (docs/rundir.md), first failure first.
+
+    Collateral failures (tests that died because a neighbour broke the GPU context) are kept
+    only when nothing else failed: a kit of the innocent bystanders is the wrong kit.
+    """
+    failures = [f for f in summary.get("failures") or [] if isinstance(f, dict) and _base_of(f)]
+    primary = [f for f in failures if f.get("outcome") != "collateral"]
+    chosen = primary or failures
+    runs = {str(b.get("base_nodeid")): b.get("runs") for b in summary.get("by_test") or []
+            if isinstance(b, dict)}
+    order: dict[str, list[dict[str, Any]]] = {}
+    for f in chosen:
+        order.setdefault(_base_of(f) or "", []).append(f)
+    return tuple(
+        FailingTest(base, tuple(dict.fromkeys(str(f.get("nodeid") or base) for f in fs)),
+                    tuple(dict.fromkeys(str(f.get("outcome") or "failed") for f in fs)),
+                    len(fs), runs.get(base))
+        for base, fs in order.items())
+
+
+def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None = None,
+             identity_text: str | None = None) -> KitPlan:
+    """Read a run directory (``summary.json``, ``run.json``) into a :class:`KitPlan`.
+
+    ``tests`` overrides the failing tests (ids taken as given). Raises RunDirError/UsageError with
+    a fix when the run has no failures to stage.
+    """
+    run_info = read_json(run_dir / Layout.RUN, default={}) or {}
+    summary = read_json(run_dir / Layout.SUMMARY, default=None)
+    if summary is None and not tests:
+        try:  # a run killed before it wrote summary.json: rebuild it from its records
+            from faulthunt.summary import summarize_run
+        except ImportError:
+            raise RunDirError(f"{run_dir} has no {Layout.SUMMARY}",
+                              fix="pass --test NODEID, or rerun the stress run to completion") from None
+        summary = summarize_run(run_dir)
+    if tests:
+        failing = tuple(FailingTest(t, (t,), ("requested",), 0, None) for t in tests)
+    else:
+        failing = failing_tests(summary or {})
+    if not failing:
+        raise UsageError(f"run {run_dir.name} has no failing tests to stage",
+                         fix="pass --test NODEID to stage a kit for a test anyway")
+    options = run_info.get("options") or {}
+    by_test = {f.base_nodeid: f for f in failing}
+    default_count = count or max(1, int(options.get("count") or 1))
+    workers = options.get("workers")
+    python = (run_info.get("pytest_argv") or [sys.executable])[0]
+    if identity_text is None:
+        from faulthunt.identity import collect_basic, format_basic
+
+        identity_text = format_basic(collect_basic())
+    return KitPlan(
+        run_dir=run_dir, run_id=str(run_info.get("id") or run_dir.name),
+        cwd=str(run_info.get("cwd") or Path.cwd()), python=str(python),
+        pytest_args=tuple(str(a) for a in run_info.get("pytest_args") or ()),
+        failing=tuple(by_test.values()), count=default_count,
+        workers=str(workers if workers is not None else 1),
+        staged_mono=time.monotonic(), staged_wall=time.time(), identity_text=identity_text)
+
+
+def script_name(base_nodeid: str, taken: set[str]) -> str:
+    """``repro_<test>.py`` with a file-system-safe, unique ``<test>`` from the node id."""
+    func = base_nodeid.split("::")[-1]
+    slug = re.sub(r"[^A-Za-z0-9_]+", "_", func).strip("_")[:60] or "test"
+    name = f"repro_{slug}.py"
+    if name in taken:  # same function name in two files or params: disambiguate stably
+        name = f"repro_{slug}_{hashlib.sha1(base_nodeid.encode()).hexdigest()[:8]}.py"
+    taken.add(name)
+    return name
+
+
+def _bash_array(name: str, items: tuple[str, ...] | list[str]) -> str:
+    body = "".join(f"  {shlex.quote(i)}\n" for i in items)
+    return f"{name}=(\n{body})\n"
+
+
+_HEADER = """#!/usr/bin/env bash
+# Generated by `faulthunt stage` from run {run_id}. Test ids are data (quoted), never code.
+set -euo pipefail
+KIT="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+"""
+
+
+def render_run_reproducer(plan: KitPlan) -> str:
+    """``run_reproducer.sh [count] [stress options...]``: stress exactly the failing tests."""
+    return (_HEADER.format(run_id=plan.run_id)
+            + f"COUNT=\"${{1:-{plan.count}}}\"\n"
+            + 'if ! [[ "$COUNT" =~ ^[1-9][0-9]*$ ]]; then\n'
+            + '  echo "usage: $0 [count] [faulthunt stress options...]  (count: a positive integer)" >&2\n'
+            + "  exit 2\nfi\nshift $(( $# > 0 ? 1 : 0 ))\n"
+            + _bash_array("TESTS", [f.base_nodeid for f in plan.failing])
+            + f"PYTHON={shlex.quote(plan.python)}\n"
+            + f"cd -- {shlex.quote(plan.cwd)}\n"
+            + 'RUN="$KIT/runs/$(date +%Y%m%d-%H%M%S)-$$"\n'
+            + 'echo "stressing ${#TESTS[@]} test(s) x $COUNT into $RUN"\n'
+            + f'exec "$PYTHON" -m faulthunt stress --count "$COUNT" -n {shlex.quote(plan.workers)} '
+            + '--run-dir "$RUN" "$@" -- "${TESTS[@]}"\n')
+
+
+def render_run_sanitizer(plan: KitPlan) -> str:
+    """``run_sanitizer.sh [tool] [sanitize options...]``: the failing tests under compute-sanitizer."""
+    tests = "".join(f"  --test {shlex.quote(f.base_nodeid)}\n" for f in plan.failing)
+    return (_HEADER.format(run_id=plan.run_id)
+            + 'TOOL="${1:-memcheck}"\nshift $(( $# > 0 ? 1 : 0 ))\n'
+            + f"ARGS=(\n{tests})\n"
+            + f"PYTHON={shlex.quote(plan.python)}\n"
+            + f"cd -- {shlex.quote(plan.cwd)}\n"
+            + '# results land in the kit: $KIT/run/sanitizer/\n'
+            + 'exec "$PYTHON" -m faulthunt sanitize --run "$KIT/run" --tool "$TOOL" "${ARGS[@]}" "$@"\n')
+
+
+def render_repro(plan: KitPlan, test: FailingTest) -> str:
+    """``repro_<test>.py [count]``: one base test in this fresh process, hang-dumps armed."""
+    return f'''#!/usr/bin/env python3
+"""Standalone reproducer for one failing test (generated by `faulthunt stage`, run {plan.run_id}).
+
+Runs the test in this fresh process with CUDA_LAUNCH_BLOCKING=1, prints the pid, and arms
+faulthandler so that a hang dumps every thread's stack every HANG_SECONDS seconds.
+Usage: python3 {{sys.argv[0]}} [count] [pytest options...]
+"""
+import faulthandler
+import os
+import sys
+
+NODEID = {test.base_nodeid!r}
+CWD = {plan.cwd!r}
+HANG_SECONDS = float(os.environ.get("FAULTHUNT_HANG_SECONDS", "120"))
+OUTCOMES_SEEN = {list(test.outcomes)!r}
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    count = 1
+    if args and args[0].isdigit():
+        count = int(args.pop(0))
+    os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")
+    os.chdir(CWD)
+    sys.path.insert(0, CWD)
+    pid = os.getpid()
+    print(f"repro pid {{pid}}: {{NODEID}} x {{count}} (seen: {{', '.join(OUTCOMES_SEEN)}})", flush=True)
+    print(f"  stuck? in another shell: py-spy dump --native --locals --pid {{pid}}", flush=True)
+    faulthandler.enable()
+    faulthandler.dump_traceback_later(HANG_SECONDS, repeat=True)
+    import pytest
+
+    argv = ["-x", "-q", "-p", "no:cacheprovider", *args, NODEID]
+    if count > 1:
+        argv[:0] = ["-p", "repeat", "--count", str(count)]
+    try:
+        return int(pytest.main(argv))
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def render_pyspy_workers(plan: KitPlan) -> str:
+    """``pyspy_workers.sh [pid...]``: py-spy dump of every pytest/reproducer process (or those given)."""
+    return (_HEADER.format(run_id=plan.run_id) + r'''
+PYSPY="${PYSPY:-py-spy}"
+command -v "$PYSPY" >/dev/null || { echo "py-spy not found: pip install py-spy" >&2; exit 4; }
+PIDS=("$@")
+if [ ${#PIDS[@]} -eq 0 ]; then
+  for status in /proc/[0-9]*/cmdline; do
+    pid="${status#/proc/}"; pid="${pid%/cmdline}"
+    [ "$pid" = "$$" ] && continue
+    cmd="$(tr '\0' ' ' < "$status" 2>/dev/null || true)"
+    case "$cmd" in
+      *pyspy_workers*) ;;
+      *python*pytest*|*python*xdist*|*python*repro_*|*python*faulthunt*stress*) PIDS+=("$pid") ;;
+    esac
+  done
+fi
+if [ ${#PIDS[@]} -eq 0 ]; then
+  echo "no pytest, xdist worker or repro_*.py process is running (give pids as arguments)"
+  exit 0
+fi
+rc=0
+for pid in "${PIDS[@]}"; do
+  echo "=== pid $pid: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-200)"
+  "$PYSPY" dump --native --locals --pid "$pid" || {
+    rc=$?
+    echo "py-spy could not attach to $pid: try sudo, kernel.yama.ptrace_scope=0, or CAP_SYS_PTRACE (see faulthunt doctor)" >&2
+  }
+done
+exit $rc
+''')
+
+
+def render_xid_since(plan: KitPlan) -> str:
+    """``xid_since.sh [--all]``: kernel-log lines since the kit was made (NVRM/Xid only by default)."""
+    return (_HEADER.format(run_id=plan.run_id)
+            + f"SINCE={plan.staged_mono:.6f}  # time.monotonic() when staged: /dev/kmsg's clock\n"
+            + r'''FILTER="NVRM|Xid"
+[ "${1:-}" = "--all" ] && FILTER="."
+exec python3 - "$SINCE" "$FILTER" <<'PY'
+import os, re, subprocess, sys
+since, pattern = float(sys.argv[1]), re.compile(sys.argv[2])
+lines = []
+try:  # /dev/kmsg records: "PRI,SEQ,TS_USEC,FLAGS;MESSAGE"
+    fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    while True:
+        try:
+            rec = os.read(fd, 8192).decode(errors="replace")
+        except BlockingIOError:
+            break
+        except OSError:  # EPIPE: the ring buffer overwrote records; go on
+            continue
+        head, _, msg = rec.partition(";")
+        fields = head.split(",")
+        if len(fields) >= 3 and int(fields[2]) / 1e6 >= since:
+            lines.append(f"[{int(fields[2]) / 1e6:12.6f}] {msg.splitlines()[0] if msg else ''}")
+except OSError as exc:
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        sys.exit(f"cannot read the kernel log (/dev/kmsg: {exc.strerror}; dmesg failed): run as root, "
+                 "grant CAP_SYSLOG, or set sysctl kernel.dmesg_restrict=0")
+    for line in out.splitlines():
+        m = re.match(r"^\[\s*(\d+\.\d+)\]", line)
+        if m and float(m.group(1)) >= since:
+            lines.append(line)
+shown = [l for l in lines if pattern.search(l)]
+print("\n".join(shown) if shown else f"no matching kernel-log lines since the kit was staged ({len(lines)} lines in all)")
+PY
+''')
+
+
+def render_xid_watch(plan: KitPlan) -> str:
+    """``xid_watch.sh``: follow Xid reports live (``faulthunt xid watch``; raw NVRM lines without it)."""
+    return (_HEADER.format(run_id=plan.run_id)
+            + f"PYTHON={shlex.quote(plan.python)}\n"
+            + r'''if "$PYTHON" -m faulthunt xid watch --help >/dev/null 2>&1; then
+  exec "$PYTHON" -m faulthunt xid watch "$@"
+fi
+echo "faulthunt xid watch is not available in this build; following raw NVRM lines with dmesg -w" >&2
+exec dmesg -w | grep --line-buffered -E "NVRM|Xid"
+''')
+
+
+def render_readme(plan: KitPlan, scripts: dict[str, FailingTest]) -> str:
+    """The cheatsheet: what failed, the edit-rebuild-rerun loop, how to read the logs."""
+    q = shlex.quote
+    rows = "".join(
+        f"| `{t.base_nodeid.replace('|', '¦').replace('`', 'ʼ')}` | {', '.join(t.outcomes)} | "
+        f"{t.failures}{'/' + str(t.runs) if t.runs else ''} | `{name}` |\n"
+        for name, t in scripts.items())
+    first = next(iter(scripts), "repro_<test>.py")
+    return f"""# Repro kit for run {plan.run_id}
+
+Staged {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(plan.staged_wall))} from `{plan.run_dir}`.
+Tests run from `{plan.cwd}` with `{plan.python}`.
+
+| failing test | outcome | failures/runs | standalone reproducer |
+|---|---|---|---|
+{rows}
+## The loop: edit, rebuild, rerun
+1. Edit the kernel or the test; rebuild your extension (e.g. `pip install -e . --no-build-isolation`).
+2. `./run_reproducer.sh 50` stresses exactly these tests 50 times each (`./run_reproducer.sh 200 -x`
+   passes stress options). Each run lands in `runs/<time>/`; `faulthunt report --run runs/<time>`.
+3. `python3 {first} [count]`: one test in a fresh process; prints its pid; a hang dumps all stacks
+   every `FAULTHUNT_HANG_SECONDS` (120 s) through faulthandler.
+4. `./run_sanitizer.sh [memcheck|racecheck|initcheck|synccheck]`: the failing tests under
+   compute-sanitizer; results in `run/sanitizer/` (`sanitizer_summary.txt` first).
+5. Hung? `./pyspy_workers.sh` dumps every pytest worker / reproducer (`--native --locals`).
+6. `./xid_since.sh` shows NVRM/Xid lines since this kit was staged (`--all` for every line).
+   Xid 31 = MMU fault (address in `faulted @ 0x..._...`), 13 = graphics exception, 43 = process
+   torn down after an error. `faulthunt map --run run` maps fault addresses to allocations.
+
+## Reading the logs (run/)
+- `summary.json`: what failed, how often (`by_test`), Xids attributed to tests.
+- `reproducer.log`: pytest's own output. `events/*.jsonl`: each test's start/end per worker.
+- `controller.jsonl`: crashes, hangs, restarts. `xid.jsonl`: Xid lines with worker and test.
+- `kmsg_added.txt`: raw kernel-log lines added during the run. `system_identity.txt`: this machine.
+
+Quoted for a shell, the first test is: {q(next(iter(scripts.values())).base_nodeid) if scripts else ''}
+"""
+
+
+def render_kit(plan: KitPlan) -> dict[str, str]:
+    """All generated files of the kit, name -> text (pure)."""
+    taken: set[str] = set()
+    scripts = {script_name(t.base_nodeid, taken): t for t in plan.failing}
+    files = {
+        "run_reproducer.sh": render_run_reproducer(plan),
+        "run_sanitizer.sh": render_run_sanitizer(plan),
+        "pyspy_workers.sh": render_pyspy_workers(plan),
+        "xid_since.sh": render_xid_since(plan),
+        "xid_watch.sh": render_xid_watch(plan),
+        "README.md": render_readme(plan, scripts),
+        "tests.txt": "".join(json.dumps(t.base_nodeid) + "\n" for t in plan.failing),
+    }
+    for name, test in scripts.items():
+        files[name] = render_repro(plan, test)
+    return files
+
+
+def _identity_file(plan: KitPlan) -> str:
+    text = plan.identity_text
+    run_identity = read_json(plan.run_dir / Layout.IDENTITY, default=None)
+    if run_identity:
+        text += "\n# identity.json of the run\n" + json.dumps(run_identity, indent=2, default=str) + "\n"
+    env = read_json(plan.run_dir / Layout.ENV, default=None)
+    if isinstance(env, dict):  # already redacted by stress; redact again, the kit gets shared
+        safe = redact_env({str(k): str(v) for k, v in env.items()})
+        text += "\n# environment of the run (secrets redacted)\n" + "".join(
+            f"{k}={v}\n" for k, v in safe.items())
+    return redact_text(text)
+
+
+def _check_target(kit_dir: Path, force: bool) -> None:
+    if not kit_dir.exists():
+        return
+    if not kit_dir.is_dir():
+        raise UsageError(f"{kit_dir} exists and is not a directory", fix="pick another DIR")
+    if any(kit_dir.iterdir()) and not (kit_dir / KIT_MARKER).exists() and not force:
+        raise UsageError(f"{kit_dir} is not empty and is not a faulthunt kit",
+                         fix="pick an empty or new DIR, or pass --force to write into it anyway")
+
+
+def _copy_run(run_dir: Path, dest: Path) -> list[str]:
+    """Copy the run's files into the kit; returns what could not be copied (never fatal)."""
+    problems: list[str] = []
+    if dest.exists():
+        shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for entry in sorted(run_dir.iterdir()):
+        if entry.name in _SKIP_IN_COPY:
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.copytree(entry, dest / entry.name, symlinks=True)
+            else:
+                shutil.copy2(entry, dest / entry.name, follow_symlinks=False)
+        except OSError as exc:
+            problems.append(f"{entry.name}: {exc.strerror or exc}")
+    return problems
+
+
+def write_kit(plan: KitPlan, kit_dir: Path, *, force: bool = False) -> dict[str, Any]:
+    """Write the kit into ``kit_dir``; returns ``{kit, files, copy_problems}``.
+
+    Restaging into an existing kit replaces its generated files and ``run/``, and keeps ``runs/``
+    (the reproducer's own runs).
+    """
+    kit_dir = kit_dir.resolve()
+    _check_target(kit_dir, force)
+    kit_dir.mkdir(parents=True, exist_ok=True)
+    (kit_dir / "runs").mkdir(exist_ok=True)
+    files = render_kit(plan)
+    for name, text in files.items():
+        path = kit_dir / name
+        write_text_atomic(path, text)
+        if name.endswith((".sh", ".py")):
+            path.chmod(0o755)
+    write_text_atomic(kit_dir / "system_identity.txt", _identity_file(plan))
+    problems = _copy_run(plan.run_dir, kit_dir / "run")
+    try:  # a stale `continue` from an earlier session would end the next one at once
+        (kit_dir / CONTINUE_FILE).unlink()
+    except FileNotFoundError:
+        pass
+    marker = {"run": str(plan.run_dir), "run_id": plan.run_id, "staged": plan.staged_wall,
+              "staged_mono": plan.staged_mono, "tests": [t.base_nodeid for t in plan.failing],
+              "files": sorted(files), "copy_problems": problems}
+    write_json_atomic(kit_dir / KIT_MARKER, marker)
+    try:  # let the run know where its kit is (reports link it); the run may be read-only
+        write_json_atomic(plan.run_dir / Layout.STAGE_DIR / "kit.json",
+                          {"kit": str(kit_dir), "staged": plan.staged_wall})
+    except OSError:
+        pass
+    return {"kit": kit_dir, "files": sorted([*files, "system_identity.txt", "run/"]),
+            "copy_problems": problems}
+
+
+def stage(run_dir: Path, kit_dir: Path = DEFAULT_KIT_DIR, *, tests: list[str] | None = None,
+          count: int | None = None, force: bool = False) -> dict[str, Any]:
+    """Plan and write a kit for ``run_dir``; what ``faulthunt stage`` does."""
+    if not run_dir.is_dir():
+        raise RunDirError(f"run directory {run_dir} not found",
+                          fix="pass --run with a run directory (faulthunt stress makes one)")
+    plan = plan_kit(run_dir, tests=tests, count=count)
+    result = write_kit(plan, kit_dir, force=force)
+    result["plan"] = plan
+    return result

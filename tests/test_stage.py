@@ -1,0 +1,225 @@
+"""faulthunt stage: hostile test ids round-trip through the generated scripts, run for real."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from faulthunt.cli import main
+from faulthunt.errors import UsageError
+from faulthunt.rundir import write_json_atomic
+from faulthunt.stage import KIT_MARKER, failing_tests, plan_kit, render_kit, script_name, stage
+
+# Each id would run `touch pwned` (in whatever directory) if a script ever let a shell or Python
+# evaluate it. The scripts cd into the project dir, so that is where `pwned` would appear.
+HOSTILE_IDS = [
+    "a b$(touch pwned)",
+    "`touch pwned`",
+    "x;touch pwned;y",
+    "q'\"' && touch pwned #",
+    "p|touch pwned&",
+]
+SENTINEL = "pwned"
+
+
+def make_project(root: Path) -> Path:
+    project = root / "proj $(touch pwned) 'dir'"
+    project.mkdir()
+    (project / "test_hostile.py").write_text(textwrap.dedent(f'''
+        import os
+        import pytest
+
+        IDS = {HOSTILE_IDS!r}
+
+        @pytest.mark.parametrize("val", IDS, ids=IDS)
+        def test_h(val, request):
+            with open(os.path.join(os.path.dirname(__file__), "ran.txt"), "a") as f:
+                f.write(request.node.nodeid + "\\n")
+            assert False, "planted failure"
+    '''))
+    return project
+
+
+def make_run(root: Path, project: Path, nodeids: list[str], *, workers: int = 0) -> Path:
+    run = root / "run"
+    (run / "events").mkdir(parents=True)
+    write_json_atomic(run / "run.json", {
+        "id": "20261202-150000-beef", "argv": ["faulthunt", "stress"], "pytest_args": ["test_hostile.py"],
+        "pytest_argv": [sys.executable, "-m", "pytest"], "cwd": str(project),
+        "options": {"count": 1, "workers": workers}})
+    write_json_atomic(run / "summary.json", {
+        "tests_run": len(nodeids), "passed": 0,
+        "failures": [{"nodeid": n, "base_nodeid": n, "outcome": "failed", "worker": "gw0", "pid": 1,
+                      "message": "planted"} for n in nodeids],
+        "by_test": [{"base_nodeid": n, "runs": 1, "failures": 1} for n in nodeids],
+        "xids": [], "exit_status": 1})
+    write_json_atomic(run / "env.json", {"GITHUB_TOKEN": "ghp_" + "s" * 36, "CUDA_VISIBLE_DEVICES": "0"})
+    (run / "reproducer.log").write_text("pytest output\n")
+    return run
+
+
+def no_sentinel(*dirs: Path) -> None:
+    for d in dirs:
+        hits = [p for p in d.rglob(SENTINEL)]
+        assert not hits, f"a hostile id was executed: {hits}"
+
+
+@pytest.fixture()
+def hostile(tmp_path: Path):  # type: ignore[no-untyped-def]
+    project = make_project(tmp_path)
+    nodeids = [f"test_hostile.py::test_h[{i}]" for i in HOSTILE_IDS]
+    run = make_run(tmp_path, project, nodeids)
+    kit = tmp_path / "kit $(touch pwned); `x` dir"
+    return tmp_path, project, run, kit, nodeids
+
+
+def read_ran(project: Path) -> list[str]:
+    path = project / "ran.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_kit_files_and_static_checks(hostile) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    result = stage(run, kit)
+    names = set(os.listdir(kit))
+    for expected in ("run_reproducer.sh", "run_sanitizer.sh", "pyspy_workers.sh", "xid_since.sh",
+                     "xid_watch.sh", "README.md", "system_identity.txt", "run", "runs", KIT_MARKER):
+        assert expected in names, expected
+    repros = sorted(n for n in names if n.startswith("repro_"))
+    assert len(repros) == len(HOSTILE_IDS)
+    for name in names:
+        path = kit / name
+        if name.endswith(".sh"):
+            subprocess.run(["bash", "-n", str(path)], check=True)
+            assert os.access(path, os.X_OK)
+        elif name.endswith(".py"):
+            subprocess.run([sys.executable, "-m", "py_compile", str(path)], check=True)
+    identity = (kit / "system_identity.txt").read_text()
+    assert "ghp_" not in identity and "GITHUB_TOKEN=<redacted>" in identity
+    assert (kit / "run" / "reproducer.log").read_text() == "pytest output\n"
+    assert json.loads((run / "stage" / "kit.json").read_text())["kit"] == str(kit.resolve())
+    assert [json.loads(line) for line in (kit / "tests.txt").read_text().splitlines()] == nodeids
+    no_sentinel(tmp)
+    assert result["copy_problems"] == []
+
+
+@pytest.mark.slow
+def test_hostile_ids_round_trip_through_the_reproducer(hostile) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    proc = subprocess.run(["bash", str(kit / "run_reproducer.sh"), "1", "-q"], capture_output=True,
+                          text=True, timeout=300, cwd=tmp)
+    no_sentinel(tmp)
+    # every hostile test ran, under its own id, and failed as planted
+    assert sorted(read_ran(project)) == sorted(nodeids), proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    runs = list((kit / "runs").iterdir())
+    assert len(runs) == 1 and (runs[0] / "summary.json").exists()
+    failed = {f["base_nodeid"] for f in json.loads((runs[0] / "summary.json").read_text())["failures"]}
+    assert failed == set(nodeids)
+
+
+@pytest.mark.slow
+def test_hostile_ids_round_trip_through_repro_scripts(hostile) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    for script in sorted(kit.glob("repro_*.py")):
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=120, cwd=tmp)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"repro pid " in proc.stdout and "py-spy dump --native --locals --pid" in proc.stdout
+    no_sentinel(tmp)
+    assert sorted(read_ran(project)) == sorted(nodeids)
+
+
+@pytest.mark.slow
+def test_sanitizer_xid_and_pyspy_scripts_run(hostile) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    env = {**os.environ, "PATH": os.environ["PATH"]}
+    san = subprocess.run(["bash", str(kit / "run_sanitizer.sh")], capture_output=True, text=True,
+                         timeout=300, cwd=tmp, env=env)
+    # without a GPU/compute-sanitizer the command refuses with its fix; with one it runs the tests
+    assert san.returncode in (0, 1, 4), san.stdout + san.stderr
+    xid = subprocess.run(["bash", str(kit / "xid_since.sh")], capture_output=True, text=True, timeout=60)
+    assert xid.returncode == 0, xid.stderr
+    if shutil.which("py-spy"):
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            spy = subprocess.run(["bash", str(kit / "pyspy_workers.sh"), str(sleeper.pid)],
+                                 capture_output=True, text=True, timeout=60)
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        assert f"=== pid {sleeper.pid}" in spy.stdout
+        assert spy.returncode == 0, spy.stderr  # root here: py-spy attaches
+        assert "time.sleep" in spy.stdout or "<module>" in spy.stdout
+    no_sentinel(tmp)
+
+
+def test_reproducer_rejects_a_bad_count(hostile) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    proc = subprocess.run(["bash", str(kit / "run_reproducer.sh"), "$(touch pwned)"],
+                          capture_output=True, text=True, timeout=30, cwd=tmp)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+    no_sentinel(tmp)
+
+
+def test_refuses_a_foreign_directory_and_restages_a_kit(hostile) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    other = tmp / "home"
+    other.mkdir()
+    (other / "precious.txt").write_text("keep")
+    with pytest.raises(UsageError) as info:
+        stage(run, other)
+    assert info.value.fix and "--force" in info.value.fix
+    stage(run, kit)
+    (kit / "runs" / "old").mkdir()
+    (kit / "continue").touch()
+    stage(run, kit)  # restaging a kit is fine, keeps the reproducer's runs, drops a stale continue
+    assert (kit / "runs" / "old").is_dir() and not (kit / "continue").exists()
+
+
+def test_failing_tests_prefers_primary_over_collateral() -> None:
+    summary = {"failures": [
+        {"nodeid": "t.py::a[1-3]", "base_nodeid": "t.py::a", "outcome": "collateral"},
+        {"nodeid": "t.py::b[2-3]", "base_nodeid": "t.py::b", "outcome": "crashed"},
+        {"nodeid": "t.py::b[3-3]", "base_nodeid": "t.py::b", "outcome": "failed"},
+        {"nodeid": None}, "junk"],
+        "by_test": [{"base_nodeid": "t.py::b", "runs": 3}]}
+    tests = failing_tests(summary)
+    assert [t.base_nodeid for t in tests] == ["t.py::b"]
+    assert tests[0].failures == 2 and tests[0].runs == 3 and tests[0].outcomes == ("crashed", "failed")
+    only_collateral = failing_tests({"failures": summary["failures"][:1]})
+    assert [t.base_nodeid for t in only_collateral] == ["t.py::a"]
+
+
+def test_no_failures_is_a_clear_error(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    write_json_atomic(run / "summary.json", {"failures": [], "tests_run": 3})
+    with pytest.raises(UsageError) as info:
+        plan_kit(run, identity_text="")
+    assert "--test" in (info.value.fix or "")
+
+
+def test_script_names_are_safe_and_unique() -> None:
+    taken: set[str] = set()
+    a = script_name("a/test_x.py::test_h[$(rm -rf /)]", taken)
+    b = script_name("b/test_x.py::test_h[$(rm -rf /)]", taken)
+    assert a != b and all(c.isalnum() or c in "_." for c in a + b)
+
+
+def test_cli_stage(hostile, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    assert main(["stage", "--run", str(run), str(kit)]) == 0
+    out = capsys.readouterr().out
+    assert f"staged {len(nodeids)} failing test(s)" in out
+    assert main(["stage", "--run", str(tmp / "nope"), str(kit)]) == 3
