@@ -58,12 +58,6 @@ _CHANNEL_RE = re.compile(r"\b(?:Ch |channel 0x|ChI[Dd] |Channel ID )([0-9A-Fa-f]
 #   MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_6 faulted @ 0x7f7d_dbe00000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE
 #   MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_14 faulted @ 0x7f2f_cca58000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ
 #   MMU Fault: ENGINE GRAPHICS GPC0 UNRECOGNIZED_CLIENT faulted @ 0x182400_0030198d. Fault is of type UNRECOGNIZED_FAULT UNRECOGNIZED_ACCESS_TYPE
-_MMU_RE = re.compile(
-    r"MMU Fault: ENGINE (?P<engine>\S{1,64})(?: GPC(?P<gpc>\d{1,4}))?(?: (?P<client>\S{1,64}))? faulted @ "
-    r"0x(?P<hi>[0-9A-Fa-f]{1,16})_(?P<lo>[0-9A-Fa-f]{1,16})\b"
-    r"(?:\.? ?Fault is of type (?P<ftype>[A-Z0-9_]{1,64})(?: (?P<atype>[A-Z0-9_]{1,64}))?)?"
-)
-
 # --- Xid 13: SM / graphics exceptions ---------------------------------------------------------------
 #   Graphics SM Warp Exception on (GPC 1, TPC 4, SM 0): Misaligned Address
 #   Graphics SM Global Exception on (GPC 0, TPC 1): Physical Multiple Warp Errors     (Maxwell/Pascal)
@@ -111,6 +105,12 @@ class Container:
 
 def parse_container(prefix: str) -> Container:
     """Read the container text in front of ``NVRM:``; unrecognised leftovers are ignored, never an error."""
+    # Fast path for the commonest container, plain dmesg "[  365.969681] ": no regex, no loop.
+    if prefix[:1] == "[" and prefix[-2:] == "] " and prefix.count("[") == 1:
+        try:
+            return Container(ts=float(prefix[1:-2]), kinds=("uptime",))
+        except ValueError:
+            pass
     ts = seq = level = None
     wall = host = None
     kinds: list[str] = []
@@ -194,19 +194,47 @@ def decode_mmu(message: str) -> MmuFault | None:
     low half that is not 8 hex digits (a truncated line), an address beyond the 57-bit GPU VA, or
     one that is not 4 KiB aligned (the fault buffer stores bits 63:12, so a real page base is).
     """
-    m = _MMU_RE.search(message)
+    i = message.find("MMU Fault: ENGINE ")
+    if i < 0:
+        return None
+    # Token walk rather than one big regex: this runs for every Xid 31 of a log and the regex's
+    # backtracking over \S+ tokens was most of the parse time (scripts/benchrows/kernlog.py).
+    toks = message[i + 18:].split(" ", 12)
+    try:
+        at = toks.index("faulted")
+    except ValueError:
+        return None
+    names = toks[:at]
+    if not names or len(names) > 3 or at + 2 >= len(toks) or toks[at + 1] != "@":
+        return None
+    engine = names[0]
+    gpc: int | None = None
+    client: str | None = None
+    rest_names = names[1:]
+    if rest_names and rest_names[0].startswith("GPC") and rest_names[0][3:].isdigit() and len(rest_names[0]) <= 7:
+        gpc = int(rest_names[0][3:])
+        rest_names = rest_names[1:]
+    if len(rest_names) > 1:
+        return None
+    if rest_names:
+        client = rest_names[0]
+    m = _ADDR_RE.match(toks[at + 2])
     if m is None:
         return None
-    engine, client = m.group("engine"), m.group("client")
-    ftype, atype = m.group("ftype"), m.group("atype")
-    hi_s, lo_s = m.group("hi"), m.group("lo")
-    gpc = int(m.group("gpc")) if m.group("gpc") is not None else None
+    hi_s, lo_s = m.group(1), m.group(2)
+    ftype = atype = None
+    tail = toks[at + 3:]
+    # "Fault is of type <FAULT_TYPE> <ACCESS_TYPE>"
+    if len(tail) >= 5 and tail[:4] == ["Fault", "is", "of", "type"]:
+        ftype = tail[4] if _is_name(tail[4]) else None
+        if len(tail) >= 6 and _is_name(tail[5]):
+            atype = tail[5]
     reason = None
     hi, lo = int(hi_s, 16), int(lo_s, 16)
     address = (hi << 32) | lo
-    names = [x for x in (engine, client, ftype, atype) if x]
-    if any(x.startswith("UNRECOGNIZED") for x in names):
-        reason = "unrecognized " + ", ".join(x for x in names if x.startswith("UNRECOGNIZED"))
+    listed = [x for x in (engine, client, ftype, atype) if x]
+    if any(x.startswith("UNRECOGNIZED") for x in listed):
+        reason = "unrecognized " + ", ".join(x for x in listed if x.startswith("UNRECOGNIZED"))
     elif len(lo_s) != 8:
         reason = f"low half 0x{lo_s} is not 8 hex digits (truncated line?)"
     elif hi >= 1 << 32:
@@ -228,6 +256,14 @@ def decode_mmu(message: str) -> MmuFault | None:
         address_text=f"0x{hi_s}_{lo_s}",
         reason=reason,
     )
+
+
+_ADDR_RE = re.compile(r"0x([0-9A-Fa-f]{1,16})_([0-9A-Fa-f]{1,16})(?![0-9A-Za-z_])")
+
+
+def _is_name(tok: str) -> bool:
+    """An upper-case driver name such as ``FAULT_PDE`` / ``ACCESS_TYPE_VIRT_WRITE``."""
+    return 0 < len(tok) <= 64 and tok.replace("_", "A").isalnum() and tok.isascii() and tok == tok.upper()
 
 
 def decode_gr(message: str) -> GrException | None:
@@ -254,6 +290,8 @@ def decode_gr(message: str) -> GrException | None:
 
 
 def _parse_dev(dev: str) -> tuple[str | None, int | None, int | None]:
+    if dev.startswith("PCI:") and len(dev) == 14 and dev[8] == ":" and dev[11] == ":":
+        return dev[4:], None, None  # "PCI:0000:00:06": the common case, no MIG
     m = _DEV_PCI_RE.search(dev)
     pci = m.group(1) if m else (dev.strip() or None)
     gi = _DEV_GI_RE.search(dev)
@@ -313,17 +351,21 @@ def _parse_body(report: str) -> _Body | None:
         name = name.strip()
         process = None if name in ("", "<unknown>", "'<unknown>'") else name
     message = body
-    mmu = decode_mmu(message) if "faulted @" in message else None
-    gr = decode_gr(message) if "Graphics" in message else None
-    cm = _CAUSED_RE.search(message)
-    chm = _CHANNEL_RE.search(message)
+    mmu, gr, caused_by, channel = _decode_message(message)
     return _Body(
         xid=xid, pci=pci, gi=gi, ci=ci, pid=pid, process=process, message=message,
-        category=classify(xid).category, mmu=mmu,
-        caused_by=int(cm.group(1)) if cm else None,
-        channel=int(chm.group(1), 16) if chm else None,
-        gr=gr,
+        category=classify(xid).category, mmu=mmu, caused_by=caused_by, channel=channel, gr=gr,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_message(message: str) -> tuple[MmuFault | None, GrException | None, int | None, int | None]:
+    """The decodable parts of a message (cached apart from the pid/name: those vary, messages repeat)."""
+    mmu = decode_mmu(message) if "faulted @" in message else None
+    gr = decode_gr(message) if "Graphics" in message else None
+    cm = _CAUSED_RE.search(message) if "caused by" in message else None
+    chm = _CHANNEL_RE.search(message) if "h" in message else None
+    return mmu, gr, int(cm.group(1)) if cm else None, int(chm.group(1), 16) if chm else None
 
 
 def parse_line(line: str) -> XidEvent | None:
