@@ -130,3 +130,16 @@ def test_watch_for_a_moment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 def test_no_action_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["xid"]) == 2
+
+
+def test_parse_the_live_log_when_nothing_is_readable(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from faulthunt.kernlog import sources as S
+
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr("faulthunt.cli.xid.open_source", lambda spec, warn=None: S.NullSource("kmsg: denied"))
+    assert main(["xid", "parse"]) == 3
+    err = capsys.readouterr().err
+    assert "kmsg: denied" in err and "fix:" in err

@@ -23,7 +23,7 @@ from faulthunt.errors import FaulthuntError, InputError, UsageError
 from faulthunt.kernlog.catalog import classify
 from faulthunt.kernlog.incident import group_incidents, summarize_incidents
 from faulthunt.kernlog.parse import ScanResult, scan_bytes
-from faulthunt.kernlog.sources import SPECS, Cursor, Follower, KernelLogUnreadable, ReadResult, open_source
+from faulthunt.kernlog.sources import SPECS, Cursor, Follower, KernelLogUnreadable, NullSource, ReadResult, open_source
 from faulthunt.records.xid import XidEvent
 
 HELP = "parse, explain and follow NVIDIA Xid reports in the kernel log"
@@ -181,6 +181,10 @@ def _parse(args: argparse.Namespace) -> int:
                              fix="pass a readable kernel-log file, or '-' and pipe `dmesg` into it")
     else:
         source = open_source(args.source, warn=_warn)
+        if isinstance(source, NullSource):
+            raise KernelLogUnreadable(f"nothing to parse: {source.reason}",
+                                      fix="pass a saved log (`faulthunt xid parse kern.log`), pipe one in "
+                                      "(`sudo dmesg | faulthunt xid parse`), or run as root")
         scans.append(scan_bytes(source.snapshot().encode("utf-8", "replace")))
     events = [e for s in scans for e in s.events]
     unparsed = [u for s in scans for u in s.unparsed]

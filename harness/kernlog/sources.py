@@ -592,10 +592,11 @@ class NvmlSource:
     def __init__(self, nvml: Any = None, *, poll_ms: int = 200) -> None:
         if nvml is None:
             try:
-                import pynvml as nvml  # nvidia-ml-py
+                import pynvml  # nvidia-ml-py
             except ImportError:
                 raise KernelLogUnreadable("NVML is not available: the nvidia-ml-py package is missing",
                                           fix="pip install nvidia-ml-py") from None
+            nvml = pynvml
         self._n = nvml
         self._poll_ms = poll_ms
         self._events: list[XidEvent] = []

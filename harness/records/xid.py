@@ -53,7 +53,7 @@ class MmuFault:
     @property
     def from_sm(self) -> bool:
         """Whether an SM load/store (a CUDA kernel) faulted: ``ENGINE GRAPHICS`` with a ``GPCCLIENT_T1_*``."""
-        return self.engine == "GRAPHICS" and bool(self.client) and self.client.startswith("GPCCLIENT_T1_")
+        return self.engine == "GRAPHICS" and (self.client or "").startswith("GPCCLIENT_T1_")
 
     def to_json(self) -> dict[str, Any]:
         return {
