@@ -374,3 +374,14 @@ def test_roundtrip_generated_xid31(prefix: str, pid: int, name: str, hi: int, pa
     ev = parse_line(line)
     assert ev is not None and (ev.pid, ev.process) == (pid, name)
     assert ev.mmu.address == (hi << 32) | lo and ev.mmu.decodable
+
+
+def test_fast_event_construction_matches_the_dataclass() -> None:
+    import dataclasses
+
+    ev = parse_line("[ 1.5] " + H200_LINE)
+    assert set(vars(ev)) == {f.name for f in dataclasses.fields(XidEvent)}
+    assert ev == XidEvent(**{f.name: getattr(ev, f.name) for f in dataclasses.fields(XidEvent)})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ev.pid = 1  # type: ignore[misc]
+    assert hash(ev) == hash(XidEvent.from_json(ev.to_json()))

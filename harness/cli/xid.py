@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
+import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -30,6 +33,8 @@ HELP = "parse, explain and follow NVIDIA Xid reports in the kernel log"
 
 #: the widest file faulthunt reads whole (a kernel log is megabytes; this guards against /dev/zero)
 MAX_INPUT = 4 << 30
+#: files at least this big are memory-mapped instead of read
+MMAP_FROM = 1 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -142,7 +147,7 @@ def _emit_json(events: list[XidEvent], out: IO[str], incidents: bool) -> None:
 # --- parse -----------------------------------------------------------------------------------------
 
 
-def _read_path(path: str) -> bytes:
+def _read_path(path: str) -> bytes | mmap.mmap:
     if path == "-":
         return sys.stdin.buffer.read()
     p = Path(path)
@@ -150,6 +155,10 @@ def _read_path(path: str) -> bytes:
         if p.is_dir():
             raise InputError(f"{path} is a directory", fix="pass a log file (e.g. a saved `dmesg` output)")
         with open(p, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size >= MMAP_FROM and stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                # a big log is scanned in place: the parser only copies out the Xid lines
+                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             return fh.read(MAX_INPUT)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file", fix="check the path; `dmesg > kern.log` saves the kernel log") from None
