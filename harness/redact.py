@@ -14,7 +14,7 @@ REDACTED = "<redacted>"
 
 _SECRET_NAME = re.compile(
     r"(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|AUTH|"
-    r"COOKIE|SESSION_?ID|SIGNATURE|^PGPASS|_KEY$|_PAT$|^PAT$|WEBHOOK|DSN$)",
+    r"COOKIE|SESSION_?ID|SIGNATURE|^PGPASS|_KEY$|_PAT$|^PAT$|WEBHOOK|DSN$|JWT|_PWD$|_PASS$|BEARER)",
     re.IGNORECASE,
 )
 # Names that match the pattern above but are not secrets in this field.
@@ -30,8 +30,17 @@ _SECRET_VALUE = re.compile(
     r"|hf_[A-Za-z0-9]{30,}"                  # Hugging Face
     r"|sk-[A-Za-z0-9_\-]{20,}"               # OpenAI-style keys
     r"|eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"  # JWT
+    r"|AIza[0-9A-Za-z_\-]{35}"                # Google API key
+    r"|npm_[A-Za-z0-9]{36}"                  # npm
+    r"|pypi-AgE[A-Za-z0-9_\-]{20,}"          # PyPI upload token
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----)"
 )
+# "Authorization: Bearer <token>", "Authorization: Basic <b64>" in logged headers / curl lines
+_AUTH_HEADER = re.compile(r"(?i)\b(?P<head>(?:authorization|proxy-authorization)\s*[:=]\s*(?:bearer|basic|token)?\s*)"
+                          r"(?P<value>[^\s'\"]+)")
+# "--token VALUE", "--password=VALUE", "-p" is too common to touch (pytest -p plugin)
+_SECRET_OPTION = re.compile(r"(?i)(?P<opt>--?(?:[a-z0-9]+[-_])*(?:token|password|passwd|secret|api[-_]?key|access[-_]?key)"
+                            r")(?P<sep>[= ]+)(?P<value>[^\s'\"]+)")
 # user:password@host in URLs
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@")
 
@@ -44,7 +53,27 @@ def is_secret_name(name: str) -> bool:
 def redact_value(value: str) -> str:
     """Redact credential-looking parts of a value (tokens, URL passwords), keep the rest."""
     value = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+    value = _AUTH_HEADER.sub(lambda m: f"{m['head']}{REDACTED}", value)
+    value = _SECRET_OPTION.sub(lambda m: f"{m['opt']}{m['sep']}{REDACTED}", value)
     return _SECRET_VALUE.sub(REDACTED, value)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line safe to record: ``--token X`` / ``--password=X`` values and secret-looking
+    words redacted (run.json's argv, kit scripts' comments)."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if _SECRET_OPTION.fullmatch(arg + " x") and "=" not in arg:
+            out.append(arg)
+            hide_next = True
+            continue
+        out.append(redact_value(arg))
+    return out
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
