@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from faulthunt.kernlog.catalog import CatalogEntry, classify
+from faulthunt.kernlog.incident import Incident, group_incidents
 from faulthunt.kernlog.parse import parse_line, parse_text, scan_bytes, scan_text
 from faulthunt.kernlog.sources import (
     Cursor,
@@ -20,6 +21,6 @@ from faulthunt.kernlog.sources import (
 )
 
 __all__ = [
-    "CatalogEntry", "Cursor", "Follower", "KernelLogSource", "KernelLogUnreadable", "ReadResult",
+    "CatalogEntry", "Cursor", "Incident", "group_incidents", "Follower", "KernelLogSource", "KernelLogUnreadable", "ReadResult",
     "classify", "open_source", "parse_line", "parse_text", "scan_bytes", "scan_text",
 ]
