@@ -1,0 +1,116 @@
+"""Render a :class:`ReportModel` as Markdown ready to paste into an issue (fixed layout, golden-tested)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faulthunt.report.model import ReportModel
+
+
+def _cell(v: Any) -> str:
+    if v is None or v == "":
+        return "-"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def render(model: ReportModel) -> str:
+    """The whole report.md text."""
+    L: list[str] = [f"# faulthunt report: run {model.run_id}", "", f"**{model.headline}**", ""]
+    L += ["## Reproduce", ""]
+    if model.reproduce:
+        L += ["```sh", model.reproduce, "```", ""]
+    else:
+        L += ["(run.json missing: the command is not known)", ""]
+    r = model.rate
+    L += [f"Rate: {r['text']}."]
+    if r.get("outcomes"):
+        L += ["Outcomes: " + ", ".join(f"{k} {v}" for k, v in r["outcomes"].items()) + "."]
+    L += [""]
+    if model.by_test:
+        L += ["## Tests", ""]
+        L += _table(["test", "runs", "failures", "rate (95% interval)", "Xids"],
+                    [[t.get("base_nodeid"), t.get("runs"), t.get("failures"),
+                      _rate(t), t.get("xids")] for t in model.by_test if t.get("failures") or t.get("xids")])
+        L += [""]
+    if model.failures:
+        L += ["## Failures", ""]
+        L += _table(["test", "outcome", "worker", "pid", "GPU", "message"],
+                    [[f.get("nodeid"), f.get("outcome") + (f" ({f['signal_name']})" if f.get("signal_name") else ""),
+                      f.get("worker"), f.get("pid"), f.get("device"), (f.get("message") or "")[:120]]
+                     for f in model.failures[:30]])
+        if len(model.failures) > 30:
+            L += ["", f"... and {len(model.failures) - 30} more (report.json has them all)"]
+        L += [""]
+    L += ["## Xid events", ""]
+    if model.xids:
+        L += _table(["Xid", "category", "GPU", "pid", "test", "fault page", "engine", "access", "allocation"],
+                    [[x.get("xid"), x.get("category"), x.get("device") or x.get("pci"), x.get("pid"),
+                      x.get("nodeid") or x.get("mapped_test"), x.get("page"), x.get("engine"),
+                      " ".join(filter(None, [x.get("access_type"), x.get("fault_type")])) or None,
+                      _alloc(x)] for x in model.xids])
+    else:
+        L += ["None recorded."]
+    L += ["", "## Sanitizer", ""]
+    if not model.sanitizer_ran:
+        L += ["Not run yet."]
+    elif not model.sanitizer:
+        L += ["compute-sanitizer ran and reported no errors."]
+    else:
+        first = model.sanitizer[0]
+        L += [f"First offending kernel: `{first.get('kernel')}` at "
+              f"`{first.get('file') or '?'}:{first.get('line') or '?'}` ({first.get('kind')}"
+              + (f", {first.get('access')} of size {first.get('size')}" if first.get("access") else "") + ")", ""]
+        L += _table(["tool", "kind", "kernel", "source", "count", "test"],
+                    [[f.get("tool"), f.get("kind"), f.get("kernel"),
+                      f"{f.get('file')}:{f.get('line')}" if f.get("file") else None, f.get("count"), f.get("nodeid")]
+                     for f in model.sanitizer])
+        if first.get("example"):
+            L += ["", "```", str(first["example"]).rstrip(), "```"]
+    L += [""]
+    if model.hangs:
+        L += ["## Hangs", ""]
+        for h in model.hangs:
+            L += [f"### {h.get('nodeid')} (worker {h.get('worker')}, pid {h.get('pid')}, timeout {h.get('timeout')} s)", ""]
+            if h.get("stack"):
+                L += [f"Stack ({h.get('stack_source')}):", "", "```", h["stack"].rstrip(), "```", ""]
+            else:
+                L += [f"No stack: {h.get('why_no_stack')}", ""]
+    e = model.environment
+    L += ["## Environment", ""]
+    rows = [["host", e.get("host")], ["OS", e.get("os")], ["kernel", e.get("kernel")],
+            ["python", e.get("python")], ["driver", e.get("driver")], ["CUDA (driver)", e.get("cuda")]]
+    for g in e.get("gpus") or []:
+        rows.append([f"GPU {g.get('index')}", f"{g.get('name')} (cc {g.get('cc')}, {g.get('pci')})"])
+    for name, ver in (e.get("packages") or {}).items():
+        rows.append([name, ver])
+    L += _table(["what", "value"], rows)
+    L += ["", "## What to try next", ""]
+    L += [f"{i}. {s}" for i, s in enumerate(model.next_steps, 1)]
+    if model.notes:
+        L += ["", "## Notes on this run directory", ""]
+        L += [f"- {n}" for n in model.notes]
+    return "\n".join(L).rstrip() + "\n"
+
+
+def _rate(t: dict[str, Any]) -> str:
+    ci = t.get("ci95") or [None, None]
+    rate = t.get("rate")
+    if rate is None or ci[0] is None:
+        return "-"
+    return f"{100 * rate:.1f}% ({100 * ci[0]:.1f}%-{100 * ci[1]:.1f}%)"
+
+
+def _alloc(x: dict[str, Any]) -> str | None:
+    a = x.get("allocation")
+    if not x.get("verdict"):
+        return None
+    if not a:
+        return str(x["verdict"])
+    return (f"{x['verdict']}: {a.get('address')} +{a.get('size')} ({a.get('source') or '?'}, "
+            f"from {a.get('nodeid') or '?'})")

@@ -1,0 +1,350 @@
+"""Everything a report says, built from one run directory (docs/rundir.md) and nothing else.
+
+Pure once the files are read: :func:`build_model` reads the run directory tolerantly (any file may be
+missing; a torn JSONL line is skipped and counted) and :func:`model_from_parts` derives the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from faulthunt.rundir import Layout, read_json, read_jsonl, read_jsonl_dir
+from faulthunt.stats import wilson_interval
+
+
+@dataclasses.dataclass(frozen=True)
+class Lane:
+    """One worker process on the timeline: its test spans and point events (same clock: ``t``)."""
+
+    worker: str
+    pid: int | None
+    spans: tuple[dict[str, Any], ...]      # {nodeid, t0, t1, outcome}
+    markers: tuple[dict[str, Any], ...]    # {kind: crash|hang|xid|recycle, t, label}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportModel:
+    """The content of report.md / report.json / report.html."""
+
+    run_id: str
+    reproduce: str | None
+    headline: str
+    rate: dict[str, Any]                   # failures, runs, ci95, text
+    failures: tuple[dict[str, Any], ...]
+    by_test: tuple[dict[str, Any], ...]
+    xids: tuple[dict[str, Any], ...]       # decoded, with mapping verdict
+    sanitizer: tuple[dict[str, Any], ...]
+    sanitizer_ran: bool
+    hangs: tuple[dict[str, Any], ...]
+    environment: dict[str, Any]
+    next_steps: tuple[str, ...]
+    lanes: tuple[Lane, ...]
+    t_range: tuple[float, float] | None
+    notes: tuple[str, ...]                 # what was missing or damaged
+
+    def to_json(self) -> dict[str, Any]:
+        """The report.json object (same content as the Markdown)."""
+        return dataclasses.asdict(self)
+
+
+def _read_text(path: Path, limit: int = 4000) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")[:limit]
+    except OSError:
+        return None
+
+
+def build_model(run_dir: Path) -> ReportModel:
+    """Read ``run_dir`` and build its :class:`ReportModel`; every file may be missing."""
+    run_dir = Path(run_dir)
+    notes: list[str] = []
+
+    def doc(name: str, default: Any) -> Any:
+        try:
+            value = read_json(run_dir / name, default=None)
+        except Exception as exc:  # damaged JSON: say so, carry on with what else there is
+            notes.append(f"{name} unreadable: {getattr(exc, 'message', exc)}")
+            return default
+        if value is None:
+            notes.append(f"{name} missing")
+            return default
+        return value
+
+    run = doc(Layout.RUN, {})
+    identity = doc(Layout.IDENTITY, {})
+    summary = doc(Layout.SUMMARY, {})
+    mapping = doc(Layout.MAPPING, [])
+    san_path = run_dir / Layout.SANITIZER_DIR / "sanitizer.json"
+    sanitizer = None
+    if san_path.exists():
+        try:
+            sanitizer = read_json(san_path)
+        except Exception as exc:
+            notes.append(f"sanitizer/sanitizer.json unreadable: {getattr(exc, 'message', exc)}")
+    events = read_jsonl_dir(run_dir / Layout.EVENTS_DIR)
+    controller = read_jsonl(run_dir / Layout.CONTROLLER)
+    xids = read_jsonl(run_dir / Layout.XID)
+    for name, got in (("events/", events), ("controller.jsonl", controller), ("xid.jsonl", xids)):
+        if got.skipped:
+            notes.append(f"{name}: {got.skipped} malformed line(s) skipped")
+    if not summary and events.records:
+        try:  # no summary.json (stress killed before it finished): derive it like stress would
+            from faulthunt.summary import summarize_run
+            summary = summarize_run(run_dir)
+            notes.append("summary recomputed from events/ (summary.json missing)")
+        except Exception as exc:  # pragma: no cover - summary module absent or broken
+            notes.append(f"could not recompute the summary: {exc}")
+    hang_texts: dict[str, str | None] = {}
+    for rec in events.records:
+        if rec.get("event") == "hang":
+            for key in ("pyspy", "faulthandler"):
+                rel = rec.get(key)
+                if isinstance(rel, str):
+                    hang_texts[rel] = _read_text(run_dir / rel)
+    if isinstance(mapping, dict):  # tolerate {"verdicts": [...]}
+        mapping = mapping.get("verdicts", [])
+    return model_from_parts(run_id=str(run.get("id") or run_dir.name), run=run, identity=identity,
+                            summary=summary, mapping=list(mapping), sanitizer=sanitizer,
+                            events=list(events.records), controller=list(controller.records),
+                            xids=list(xids.records), hang_texts=hang_texts, notes=notes)
+
+
+# --- derivation (pure) ---------------------------------------------------------------------------
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _reproduce(run: Mapping[str, Any]) -> str | None:
+    import shlex
+    argv = run.get("argv")
+    if isinstance(argv, list) and argv:
+        parts = [str(a) for a in argv]
+        if parts and parts[0].endswith("faulthunt"):
+            parts[0] = "faulthunt"
+        return " ".join(shlex.quote(p) for p in parts)
+    args = run.get("pytest_args")
+    if isinstance(args, list):
+        return "faulthunt stress " + " ".join(shlex.quote(str(a)) for a in args)
+    return None
+
+
+def _ordinal(n: int) -> str:
+    return {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}.get(n, f"{n}th")
+
+
+def _position_text(positions: Sequence[int]) -> str:
+    """'on its first or second test' from the positions (1-based) at which workers failed."""
+    uniq = sorted(set(positions))
+    if not uniq:
+        return ""
+    if len(uniq) == 1:
+        return f" on its {_ordinal(uniq[0])} test"
+    if len(uniq) == 2:
+        return f" on its {_ordinal(uniq[0])} or {_ordinal(uniq[1])} test"
+    return f" between its {_ordinal(uniq[0])} and {_ordinal(uniq[-1])} test"
+
+
+def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str, Any]],
+           xids: Sequence[Mapping[str, Any]]) -> tuple[list[Lane], dict[Any, list[dict[str, Any]]]]:
+    """Timeline lanes per worker process and each pid's ordered span list."""
+    spans: dict[Any, dict[str, dict[str, Any]]] = {}
+    order: dict[Any, list[dict[str, Any]]] = {}
+    workers: dict[Any, str] = {}
+    markers: dict[Any, list[dict[str, Any]]] = {}
+    for rec in events:
+        pid = rec.get("pid")
+        worker = str(rec.get("worker") or "main")
+        workers.setdefault(pid, worker)
+        kind = rec.get("event")
+        if kind == "start":
+            span = {"nodeid": rec.get("nodeid"), "t0": rec.get("t"), "t1": None, "outcome": "crashed"}
+            spans.setdefault(pid, {})[str(rec.get("nodeid"))] = span
+            order.setdefault(pid, []).append(span)
+        elif kind == "end":
+            span = spans.get(pid, {}).get(str(rec.get("nodeid")))
+            if span is not None:
+                span["t1"] = rec.get("t")
+                span["outcome"] = rec.get("outcome") or "passed"
+        elif kind == "hang":
+            markers.setdefault(pid, []).append({"kind": "hang", "t": rec.get("t"),
+                                                "label": f"hang: {rec.get('nodeid')}"})
+        elif kind == "recycle":
+            markers.setdefault(pid, []).append({"kind": "recycle", "t": rec.get("t"),
+                                                "label": f"recycled after {rec.get('poisoned_by')}"})
+    for rec in controller:
+        if rec.get("event") == "crash" and rec.get("kind") != "hung":
+            pid = rec.get("pid")
+            workers.setdefault(pid, str(rec.get("worker") or "?"))
+            sig = rec.get("signal_name") or (f"exit {rec.get('exit_status')}" if rec.get("exit_status") is not None else "died")
+            markers.setdefault(pid, []).append({"kind": "crash", "t": rec.get("t"),
+                                                "label": f"crash ({sig}): {rec.get('nodeid')}"})
+    for x in xids:
+        pid = x.get("pid")
+        if pid not in workers:
+            continue  # an Xid of another process: listed in the table, not on a lane
+        t = x.get("t")
+        markers.setdefault(pid, []).append({"kind": "xid", "t": t, "label": f"Xid {x.get('xid')}"})
+    lanes = []
+    for pid in sorted(workers, key=lambda p: (workers[p], p if isinstance(p, int) else -1)):
+        # a crashed span ends where its crash marker is
+        crash_t = [m["t"] for m in markers.get(pid, []) if m["kind"] == "crash" and m.get("t") is not None]
+        for span in order.get(pid, []):
+            if span["t1"] is None and crash_t:
+                span["t1"] = max(crash_t)
+        lanes.append(Lane(worker=workers[pid], pid=pid if isinstance(pid, int) else None,
+                          spans=tuple(dict(s) for s in order.get(pid, [])),
+                          markers=tuple(sorted(markers.get(pid, []), key=lambda m: m.get("t") or 0))))
+    return lanes, order
+
+
+def _decode_xid(x: Mapping[str, Any], mapping: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    mmu = x.get("mmu") or {}
+    page = mmu.get("address")
+    page_hex = hex(page) if isinstance(page, int) else (str(page) if page else None)
+    verdict = None
+    for m in mapping:
+        addr = m.get("address_int", m.get("address"))
+        if page is not None and (addr == page or str(m.get("address")) == page_hex) and \
+                (m.get("pid") in (None, x.get("pid"))):
+            verdict = m
+            break
+    alloc = (verdict or {}).get("allocation") or {}
+    return {"xid": x.get("xid"), "category": x.get("category"), "pid": x.get("pid"),
+            "worker": x.get("worker"), "nodeid": x.get("nodeid"), "device": x.get("device"),
+            "pci": x.get("pci"), "page": page_hex, "engine": mmu.get("engine"),
+            "client": mmu.get("client"), "access_type": mmu.get("access_type"),
+            "fault_type": mmu.get("fault_type"), "message": x.get("message"),
+            "verdict": (verdict or {}).get("verdict"),
+            "allocation": ({"address": alloc.get("address"), "size": alloc.get("size"),
+                            "nodeid": alloc.get("nodeid"), "source": alloc.get("source"),
+                            "freed": alloc.get("freed")} if alloc else None),
+            "mapped_test": (verdict or {}).get("nodeid")}
+
+
+def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
+               sanitizer: Mapping[str, Any] | None, failures: Sequence[Mapping[str, Any]],
+               run_id: str) -> list[str]:
+    """'What to try next', each item derived from a piece of evidence in the run."""
+    steps: list[str] = []
+    verdicts = {x.get("verdict") for x in xids}
+    if "freed" in verdicts:
+        steps.append("Xid 31 on a page the ledger shows already freed: a use-after-free; look at who "
+                     "frees that allocation before the kernel that faults (stream order, caching allocator).")
+    if verdicts & {"past_end", "before_start"}:
+        steps.append("Xid 31 just past/before a live allocation: an out-of-bounds index; check the "
+                     "kernel's bounds against the allocation size shown above.")
+    if "pool_slack" in verdicts:
+        steps.append("The fault lands in pool slack: the caching allocator hides the overrun from Xid; "
+                     "rerun with the pool disabled (e.g. PYTORCH_NO_CUDA_MEMORY_CACHING=1) and under `faulthunt sanitize`.")
+    for spread in summary.get("xid_spread") or []:
+        if spread.get("verdict") == "same_gpu" and len(spread.get("tests") or []) > 1:
+            steps.append(f"Xid {spread.get('xid')} repeats on GPU {','.join(map(str, spread.get('devices') or []))} "
+                         "across different tests: suspect the machine; run `faulthunt doctor` and the suite "
+                         "pinned to another GPU (`--gpus`) before blaming the code.")
+    machine = [x for x in xids if str(x.get("category") or "").startswith(("hw", "machine", "driver"))]
+    if machine:
+        steps.append(f"Xid {machine[0].get('xid')} is classed {machine[0].get('category')}: not the "
+                     "application; check the node (nvidia-smi -q, reset/drain) first.")
+    sticky = [f for f in failures if f.get("sticky_cuda_error")]
+    if sticky:
+        steps.append("Sticky CUDA errors poison the context, so the failing line may be later than the "
+                     "faulting kernel: rerun with CUDA_LAUNCH_BLOCKING=1 (stress sets it unless "
+                     "--no-launch-blocking) to stop at the faulting launch.")
+    if sanitizer is None and (failures or xids):
+        steps.append(f"No sanitizer run yet: `faulthunt sanitize --run {run_id}` reruns the failing tests "
+                     "under compute-sanitizer memcheck to name the kernel and source line.")
+    elif sanitizer is not None and not sanitizer.get("findings") and (failures or xids):
+        steps.append("memcheck found nothing: try `faulthunt sanitize --tool racecheck` / `synccheck` / "
+                     "`initcheck`, or `faulthunt isolate NODEID` if it fails only after other tests.")
+    hung = [f for f in failures if f.get("outcome") == "hung"]
+    if hung:
+        steps.append("A test hung: the stacks above show where; a kernel spinning on a flag or a "
+                     "deadlocked stream sync is typical; `faulthunt stage` makes a kit to attach a debugger.")
+    few = [t for t in summary.get("by_test") or [] if t.get("failures") and t.get("runs", 0) and
+           t["failures"] / t["runs"] < 1]
+    if few and not steps:
+        steps.append("The failure is flaky: `faulthunt isolate NODEID` checks whether it needs a "
+                     "predecessor test; `faulthunt bisect` finds the commit that made it start.")
+    if not failures and not xids:
+        steps.append("Nothing failed in this run: raise --count or -n until the failure shows, "
+                     "then report again.")
+    return steps
+
+
+def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[str, Any],
+                     summary: Mapping[str, Any], mapping: Sequence[Mapping[str, Any]],
+                     sanitizer: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]],
+                     controller: Sequence[Mapping[str, Any]], xids: Sequence[Mapping[str, Any]],
+                     hang_texts: Mapping[str, str | None], notes: Sequence[str]) -> ReportModel:
+    """Derive the report from already-read run-directory content (pure)."""
+    failures = [dict(f) for f in summary.get("failures") or []]
+    lanes, order = _lanes(events, controller, xids)
+    runs = int(summary.get("tests_run") or sum(len(v) for v in order.values()))
+    failing = [f for f in failures if f.get("outcome") != "collateral"]
+    nfail = len(failing)
+    lo, hi = wilson_interval(nfail, runs) if runs else (0.0, 1.0)
+    # which test in its worker's life each failure was: the "on its first or second test" fact
+    positions: list[int] = []
+    for f in failing:
+        for i, span in enumerate(order.get(f.get("pid"), []), 1):
+            if span.get("nodeid") == f.get("nodeid"):
+                positions.append(i)
+                break
+    outcomes = _count(f.get("outcome") for f in failing)
+    procs = len(lanes) or int((summary.get("workers") or {}).get("processes") or 0)
+    bad_procs = len({f.get("pid") for f in failing if f.get("pid") is not None})
+    verb = "crashes" if outcomes.get("crashed") else ("hangs" if outcomes.get("hung") and not outcomes.get("failed") else "fails")
+    rate_text = f"{nfail} of {runs} runs failed, 95% interval {_pct(lo)}-{_pct(hi)}" if runs else "no test ran"
+    if bad_procs and procs:
+        headline = (f"{verb} 1 worker in {max(1, round(procs / bad_procs))}{_position_text(positions)}; "
+                    f"{nfail} of {runs} runs, 95% interval {_pct(lo)}-{_pct(hi)}")
+    else:
+        headline = rate_text
+    decoded = [_decode_xid(x, mapping) for x in (summary.get("xids") or xids)]
+    hangs = []
+    for rec in events:
+        if rec.get("event") == "hang":
+            stack = None
+            for key in ("pyspy", "faulthandler"):
+                rel = rec.get(key)
+                if isinstance(rel, str) and hang_texts.get(rel):
+                    stack = hang_texts[rel]
+                    break
+            hangs.append({"nodeid": rec.get("nodeid"), "worker": rec.get("worker"), "pid": rec.get("pid"),
+                          "timeout": rec.get("timeout"), "stack": stack,
+                          "stack_source": "py-spy" if stack and rec.get("pyspy") and hang_texts.get(rec["pyspy"]) else
+                          ("faulthandler" if stack else None),
+                          "why_no_stack": None if stack else (rec.get("pyspy_error") or rec.get("faulthandler_error")
+                                                              or "no dump file in the run directory")})
+    findings = list((sanitizer or {}).get("findings") or [])
+    gpus = identity.get("gpus") or []
+    env = {"host": identity.get("host"), "os": identity.get("os"), "kernel": identity.get("kernel"),
+           "python": identity.get("python"),
+           "gpus": [{k: g.get(k) for k in ("index", "name", "pci", "cc", "driver")} for g in gpus],
+           "driver": identity.get("driver") or next((g.get("driver") for g in gpus if g.get("driver")), None),
+           "cuda": identity.get("cuda_driver") or identity.get("cuda"),
+           "packages": dict(sorted((identity.get("packages") or {}).items()))}
+    ts = [s[k] for lane in lanes for s in lane.spans for k in ("t0", "t1") if isinstance(s.get(k), (int, float))]
+    ts += [m["t"] for lane in lanes for m in lane.markers if isinstance(m.get("t"), (int, float))]
+    return ReportModel(
+        run_id=run_id, reproduce=_reproduce(run), headline=headline,
+        rate={"failures": nfail, "runs": runs, "ci95": [round(lo, 4), round(hi, 4)], "text": rate_text,
+              "outcomes": dict(sorted(outcomes.items()))},
+        failures=tuple(failures), by_test=tuple(summary.get("by_test") or ()), xids=tuple(decoded),
+        sanitizer=tuple(findings), sanitizer_ran=sanitizer is not None, hangs=tuple(hangs),
+        environment=env,
+        next_steps=tuple(next_steps(summary, decoded, sanitizer, failures, run_id)),
+        lanes=tuple(lanes), t_range=(min(ts), max(ts)) if ts else None,
+        notes=tuple(list(notes) + [w for w in summary.get("warnings") or [] if isinstance(w, str)]))
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        if item:
+            out[str(item)] = out.get(str(item), 0) + 1
+    return out
