@@ -300,7 +300,9 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     verb = "crashes" if outcomes.get("crashed") else ("hangs" if outcomes.get("hung") and not outcomes.get("failed") else "fails")
     rate_text = f"{nfail} of {runs} runs failed, 95% interval {_pct(lo)}-{_pct(hi)}" if runs else "no test ran"
     if bad_procs and procs:
-        headline = (f"{verb} 1 worker in {max(1, round(procs / bad_procs))}{_position_text(positions)}; "
+        who = (f"1 worker in {round(procs / bad_procs)}" if procs / bad_procs >= 1.5
+               else f"{bad_procs} of {procs} workers")
+        headline = (f"{verb} {who}{_position_text(positions)}; "
                     f"{nfail} of {runs} runs, 95% interval {_pct(lo)}-{_pct(hi)}")
     else:
         headline = rate_text

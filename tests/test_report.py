@@ -1,0 +1,107 @@
+"""Report: golden Markdown of the constructed sample run, JSON content, tolerance, headless-Chromium HTML.
+
+Regenerate the golden file with ``FAULTHUNT_REGEN_GOLDEN=1 python -m pytest tests/test_report.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from faulthunt.report import build_model, render, write_reports
+
+DATA = Path(__file__).parent / "data" / "report"
+SAMPLE = DATA / "sample_run"
+
+
+def test_markdown_golden() -> None:
+    text = render(build_model(SAMPLE), "md")
+    golden = DATA / "sample_report.md"
+    if os.environ.get("FAULTHUNT_REGEN_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def test_headline_and_evidence() -> None:
+    m = build_model(SAMPLE)
+    assert m.headline.startswith("crashes 3 of 4 workers")
+    assert m.rate["failures"] == 4 and m.rate["runs"] == 21
+    assert m.xids[0]["verdict"] == "freed" and m.xids[0]["engine"] == "GRAPHICS"
+    assert any("use-after-free" in s for s in m.next_steps)
+    assert any("CUDA_LAUNCH_BLOCKING" in s for s in m.next_steps)
+    assert m.hangs[0]["stack_source"] == "py-spy" and "cuStreamSynchronize" in m.hangs[0]["stack"]
+
+
+def test_json_same_content() -> None:
+    obj = json.loads(render(build_model(SAMPLE), "json"))
+    assert obj["schema"] == "faulthunt.report/1"
+    assert obj["headline"] == build_model(SAMPLE).headline
+    assert len(obj["lanes"]) == 4
+
+
+def test_no_sanitizer_suggests_sanitize(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE, run)
+    shutil.rmtree(run / "sanitizer")
+    m = build_model(run)
+    assert not m.sanitizer_ran
+    assert any("faulthunt sanitize" in s for s in m.next_steps)
+
+
+@pytest.mark.parametrize("remove", ["run.json", "identity.json", "summary.json", "mapping.json",
+                                    "xid.jsonl", "controller.jsonl", "events"])
+def test_tolerates_missing(tmp_path: Path, remove: str) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE, run)
+    target = run / remove
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    text = render(build_model(run), "md")
+    assert text.startswith("# faulthunt report")
+
+
+def test_damaged_files(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE, run)
+    (run / "summary.json").write_text("{not json")
+    with open(run / "events" / "gw0-4300.jsonl", "a") as fh:
+        fh.write('{"event": "start", "nodeid": "torn')
+    m = build_model(run)
+    assert any("summary.json unreadable" in n for n in m.notes)
+    assert any("malformed" in n for n in m.notes)
+
+
+def test_empty_dir(tmp_path: Path) -> None:
+    m = build_model(tmp_path)
+    assert m.rate["runs"] == 0 and m.lanes == ()
+    assert "Nothing failed" in render(m, "md")
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.slow
+def test_html_in_headless_chromium(tmp_path: Path) -> None:
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE, run)
+    html = [p for p in write_reports(run, ("html",))][0]
+    assert "http://" not in html.read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
+    out = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                          "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                          html.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    dom = out.stdout
+    assert dom.count('class="lane"') == 4, out.stderr[-2000:]
+    assert 'class="marker marker-crash"' in dom
+    assert 'class="marker marker-xid"' in dom
+    assert 'class="marker marker-hang"' in dom
+    assert "outcome-hung" in dom and "outcome-crashed" in dom
+    assert 'id="markdown"' in dom
