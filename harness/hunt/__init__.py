@@ -1,0 +1,1 @@
+"""Hunts that drive repeated runs as a flaky oracle: bisect (which commit/version) and isolate (which predecessors)."""

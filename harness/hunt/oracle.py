@@ -1,0 +1,40 @@
+"""The flaky oracle: run some tests N times and count failing runs.
+
+Real runs go through ``faulthunt.stress.run_stress`` (a stress run of the given tests with
+``--count N``); tests substitute any callable ``(n) -> (failures, runs)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from faulthunt.errors import FaulthuntError
+
+#: ``oracle(n)`` runs the tests ``n`` times and returns (failing runs, runs done)
+Oracle = Callable[[int], tuple[int, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    failures: int
+    runs: int
+
+
+def stress_oracle(pytest_args: Sequence[str], *, cwd: Path | None = None, workers: int = 0,
+                  base: Path | None = None, env: dict[str, str] | None = None) -> Oracle:
+    """An oracle that stress-runs ``pytest_args`` with ``--count n`` via faulthunt.stress.run_stress."""
+    try:
+        from faulthunt.stress import StressOptions, run_stress
+    except ImportError as exc:  # pragma: no cover - stress is part of every build now
+        raise FaulthuntError("faulthunt.stress is not available", fix="reinstall faulthunt") from exc
+
+    def run(n: int) -> tuple[int, int]:
+        res = run_stress(StressOptions(pytest_args=tuple(pytest_args), workers=workers, count=n, cwd=cwd,
+                                       base=base, env=env, quiet=True, xid_source="none", ledger="off"))
+        s = res.summary
+        fails = sum(1 for f in s.get("failures") or [] if f.get("outcome") != "collateral")
+        return fails, int(s.get("tests_run") or 0)
+
+    return run
