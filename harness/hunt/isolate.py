@@ -61,3 +61,46 @@ def ddmin(items: Sequence[str], fails: Probe) -> list[str]:
                 break
             n = min(len(current), n * 2)
     return current
+
+
+def pytest_probe(target: str, *, cwd: Path, repeats: int = 3, python: str | None = None) -> Probe:
+    """A probe that runs ``predecessors + [target]`` in one fresh pytest process, ``repeats`` times.
+
+    Fresh processes are the point: a module-level cache can only leak within one interpreter.
+    Fails when the target fails in any repeat (pytest keeps command-line node-id order).
+    """
+    import subprocess
+    import sys
+
+    def probe(preds: Sequence[str]) -> bool:
+        for _ in range(repeats):
+            p = subprocess.run([python or sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                "-p", "no:randomly", *preds, target, "-rf"],
+                               cwd=cwd, capture_output=True, text=True)
+            if p.returncode not in (0, 1):
+                from faulthunt.errors import FaulthuntError
+                raise FaulthuntError(f"pytest exited {p.returncode} running {target}:\n{p.stdout[-1500:]}",
+                                     fix="check the node ids exist (run `pytest --collect-only`)")
+            if f"FAILED {target}" in p.stdout:
+                return True
+        return False
+
+    return probe
+
+
+def isolate(target: str, preds: Sequence[str], probe: Probe) -> dict[str, object]:
+    """Alone vs after predecessors, and the minimal polluting set when it fails only after others."""
+    alone = probe([])
+    after = probe(list(preds)) if preds else alone
+    result: dict[str, object] = {"nodeid": target, "predecessors": len(preds), "fails_alone": alone,
+                                 "fails_after_predecessors": after, "minimal": None}
+    if alone:
+        result["reading"] = "fails on its own in a fresh process: not a state leak from other tests"
+    elif not after:
+        result["reading"] = "passed alone and after its predecessors: the failure did not reproduce"
+    else:
+        minimal = ddmin(list(preds), probe)
+        result["minimal"] = minimal
+        result["reading"] = (f"fails only after {', '.join(minimal)}: that test leaves state "
+                             "(a cache, a stream, a freed buffer) that this one picks up")
+    return result

@@ -1,0 +1,73 @@
+"""isolate: ddmin on a fake probe, and a real polluting suite run in fresh pytest processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from faulthunt.hunt.isolate import ddmin, isolate, predecessors, pytest_probe
+
+
+@pytest.mark.parametrize("culprits", [{"t3"}, {"t0"}, {"t7"}, {"t2", "t5"}])
+def test_ddmin_finds_culprits(culprits: set[str]) -> None:
+    items = [f"t{i}" for i in range(8)]
+    calls = []
+
+    def fails(sub):  # fails when every culprit is present
+        calls.append(list(sub))
+        return culprits <= set(sub)
+
+    got = ddmin(items, fails)
+    assert set(got) == culprits
+    assert len(calls) < 2 ** len(items)
+
+
+def test_isolate_reading_alone() -> None:
+    res = isolate("t", ["a"], lambda preds: True)
+    assert res["fails_alone"] and res["minimal"] is None
+
+
+def _events(run: Path, order: list[str]) -> None:
+    (run / "events").mkdir(parents=True)
+    lines = [{"event": "worker", "worker": "gw0", "pid": 1}]
+    for nid in order:
+        lines.append({"event": "start", "nodeid": nid, "pid": 1, "worker": "gw0"})
+        lines.append({"event": "end", "nodeid": nid, "pid": 1, "worker": "gw0",
+                      "outcome": "failed" if nid.endswith("test_reader") else "passed"})
+    (run / "events" / "gw0-1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+SUITE = '''
+_CACHE = {}
+
+def test_a():
+    assert True
+
+def test_filler_b():
+    assert True
+
+def test_polluter():
+    _CACHE["buf"] = "freed-buffer"   # a stale pointer left for the next test
+
+def test_filler_c():
+    assert True
+
+def test_reader():
+    assert "buf" not in _CACHE, "picked up stale state"
+'''
+
+
+@pytest.mark.slow
+def test_isolate_polluting_suite(tmp_path: Path) -> None:
+    (tmp_path / "test_leak.py").write_text(SUITE)
+    run = tmp_path / "run"
+    names = ["test_a", "test_filler_b", "test_polluter", "test_filler_c", "test_reader"]
+    _events(run, [f"test_leak.py::{n}" for n in names])
+    target = "test_leak.py::test_reader"
+    preds = predecessors(run, target)
+    assert preds == [f"test_leak.py::{n}" for n in names[:-1]]
+    res = isolate(target, preds, pytest_probe(target, cwd=tmp_path, repeats=1))
+    assert res["fails_alone"] is False and res["fails_after_predecessors"] is True
+    assert res["minimal"] == ["test_leak.py::test_polluter"]
