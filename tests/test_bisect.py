@@ -1,0 +1,79 @@
+"""bisect: run planning, judging with a seeded fake oracle, list bisect, and git bisect run on a scratch repo."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faulthunt.errors import FaulthuntError
+from faulthunt.hunt.bisect import bisect_list, judge, plan_runs, run_git_bisect
+
+
+def test_plan_uses_lower_bound() -> None:
+    p = plan_runs(10, 30, 0.95)
+    assert 0 < p.rate_low < 10 / 30
+    assert (1 - p.rate_low) ** p.runs_per_ref <= 0.05
+    assert (1 - p.rate_low) ** (p.runs_per_ref - 1) > 0.05
+
+
+def test_plan_cannot_decide() -> None:
+    with pytest.raises(FaulthuntError, match="cannot decide"):
+        plan_runs(0, 30)
+
+
+def _flaky(rate: float, seed: int):
+    rng = random.Random(seed)
+    return lambda n: (sum(rng.random() < rate for _ in range(n)), n)
+
+
+def test_bisect_list_seeded() -> None:
+    refs = [f"c{i}" for i in range(12)]
+    first_bad = 7
+    plan = plan_runs(10, 30, 0.99)
+    seeds = iter(range(100))
+
+    def judge_ref(ref):
+        bad = int(ref[1:]) >= first_bad
+        return judge(_flaky(1 / 3 if bad else 0.0, next(seeds)), plan)
+
+    got, seen = bisect_list(refs, judge_ref)
+    assert got == "c7"
+    assert all(v.verdict == "good" for r, v in seen.items() if int(r[1:]) < first_bad)
+
+
+ORACLE = '''
+import random, subprocess, sys
+# the flaky failure: present from the commit that wrote BUG, fails 1 run in 3 (seeded per commit)
+sha = subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
+rng = random.Random(sha)
+bug = open("state.txt").read().strip() == "BUG"
+fails = sum(bug and rng.random() < 1/3 for _ in range(int(sys.argv[1])))
+sys.exit(1 if fails else 0)
+'''
+
+
+@pytest.mark.slow
+def test_git_bisect_run_scratch_repo(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    g = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True).stdout
+    g("init", "-q")
+    g("config", "user.email", "t@example.com")
+    g("config", "user.name", "t")
+    shas = []
+    for i in range(10):
+        (repo / "state.txt").write_text("BUG\n" if i >= 6 else "ok\n")
+        (repo / "n.txt").write_text(str(i))
+        g("add", ".")
+        g("commit", "-q", "-m", f"c{i}")
+        shas.append(g("rev-parse", "HEAD").strip())
+    oracle = tmp_path / "oracle.py"
+    oracle.write_text(ORACLE)
+    n = plan_runs(10, 30, 0.999).runs_per_ref
+    first, log = run_git_bisect(repo, shas[0], shas[-1], [sys.executable, str(oracle), str(n)])
+    assert first == shas[6]
+    assert "first bad commit" in log or shas[6] in log
