@@ -29,7 +29,7 @@ def test_markdown_golden() -> None:
 
 def test_headline_and_evidence() -> None:
     m = build_model(SAMPLE)
-    assert m.headline.startswith("crashes 3 of 4 workers")
+    assert m.headline.startswith("fails 3 of 4 workers")
     assert m.rate["failures"] == 4 and m.rate["runs"] == 21
     assert m.xids[0]["verdict"] == "freed" and m.xids[0]["engine"] == "GRAPHICS"
     assert any("use-after-free" in s for s in m.next_steps)

@@ -297,12 +297,14 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     outcomes = _count(f.get("outcome") for f in failing)
     procs = len(lanes) or int((summary.get("workers") or {}).get("processes") or 0)
     bad_procs = len({f.get("pid") for f in failing if f.get("pid") is not None})
-    verb = "crashes" if outcomes.get("crashed") else ("hangs" if outcomes.get("hung") and not outcomes.get("failed") else "fails")
+    # "crashes" only when every failing run took its worker down; otherwise the plain "fails"
+    verb = "crashes" if outcomes and set(outcomes) == {"crashed"} else ("hangs" if outcomes and set(outcomes) == {"hung"} else "fails")
     rate_text = f"{nfail} of {runs} runs failed, 95% interval {_pct(lo)}-{_pct(hi)}" if runs else "no test ran"
     if bad_procs and procs:
         who = (f"1 worker in {round(procs / bad_procs)}" if procs / bad_procs >= 1.5
                else f"{bad_procs} of {procs} workers")
-        headline = (f"{verb} {who}{_position_text(positions)}; "
+        kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items()))
+        headline = (f"{verb} {who}{_position_text(positions)} ({kinds}); "
                     f"{nfail} of {runs} runs, 95% interval {_pct(lo)}-{_pct(hi)}")
     else:
         headline = rate_text
