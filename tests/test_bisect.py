@@ -77,3 +77,13 @@ def test_git_bisect_run_scratch_repo(tmp_path: Path) -> None:
     first, log = run_git_bisect(repo, shas[0], shas[-1], [sys.executable, str(oracle), str(n)])
     assert first == shas[6]
     assert "first bad commit" in log or shas[6] in log
+
+
+@pytest.mark.slow
+def test_stress_oracle_real_run(tmp_path: Path) -> None:
+    """The oracle through the real faulthunt.stress.run_stress: a test that always fails, one that never does."""
+    from faulthunt.hunt.oracle import stress_oracle
+    (tmp_path / "test_o.py").write_text("def test_bad():\n    assert False\n\ndef test_good():\n    pass\n")
+    bad = stress_oracle(["test_o.py::test_bad"], cwd=tmp_path, base=tmp_path / ".fh")(3)
+    good = stress_oracle(["test_o.py::test_good"], cwd=tmp_path, base=tmp_path / ".fh")(3)
+    assert bad == (3, 3) and good == (0, 3)
