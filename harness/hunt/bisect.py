@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from faulthunt.errors import FaulthuntError
@@ -60,7 +60,7 @@ def judge(oracle: Oracle, plan: Plan, chunk: int = 10) -> RefVerdict:
     return RefVerdict("good", 0, done, (1 - plan.rate_low) ** done)
 
 
-def bisect_list(refs: Sequence[str], judge_ref: "callable") -> tuple[str, dict[str, RefVerdict]]:  # type: ignore[valid-type]
+def bisect_list(refs: Sequence[str], judge_ref: Callable[[str], RefVerdict]) -> tuple[str, dict[str, RefVerdict]]:
     """First bad of ``refs`` (oldest first; refs[0] good, refs[-1] bad) by binary search."""
     lo, hi = 0, len(refs) - 1
     seen: dict[str, RefVerdict] = {}
