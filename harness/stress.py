@@ -314,9 +314,25 @@ class KernelLogWatch:
         write_text_atomic(self.run_dir / Layout.KMSG_ADDED,
                           "".join(line + "\n" for line in result.lines))
         self._snapshot(Layout.KMSG_AFTER)
-        if result.lost:
-            self.status["lost"] = result.lost
-            self.warn(f"kernel log: {result.lost} records were overwritten before they were read")
+        # Engineer K's ReadResult says what could not be read: keep it in summary.json
+        # (kernel_log) and say it on the terminal, so lost records are reported, not missing.
+        self.status["lost"] = int(getattr(result, "lost", 0) or 0)
+        self.status["lost_unknown"] = bool(getattr(result, "lost_unknown", False))
+        self.status["warnings"] = [str(w) for w in getattr(result, "warnings", ())]
+        unparsed = [str(u) for u in getattr(result, "unparsed", ())]
+        self.status["unparsed"] = len(unparsed)
+        self.status["unparsed_sample"] = unparsed[:5]
+        if self.status["lost"]:
+            self.warn(f"kernel log: {self.status['lost']} records were overwritten before they "
+                      "were read (ring buffer overrun): Xids among them are missing")
+        if self.status["lost_unknown"]:
+            self.warn("kernel log: records may have been lost and the source cannot count them "
+                      f"({self.source.name}); use --xid-source kmsg for a counted log")
+        for w in self.status["warnings"]:
+            self.warn(f"kernel log: {w}")
+        if unparsed:
+            self.warn(f"kernel log: {len(unparsed)} 'NVRM: Xid' line(s) could not be parsed; "
+                      "they are in kmsg_added.txt")
         out = []
         for event in result.events:
             rec = event.to_json()
@@ -475,7 +491,8 @@ def _finish_run(run_dir: Path, opts: StressOptions, run_info: dict[str, Any],
                 warnings: list[str], warn: Callable[[str], None]) -> StressResult:
     """Everything after pytest exited: attributed xid.jsonl, summary.json, run.json, mapping."""
     from faulthunt.summary import (assemble_spans, attribute_xids, build_summary,
-                                   found_something, pci_map_of_run, read_run_records)
+                                   found_something, pci_map_of_run, read_run_records,
+                                   visible_of_run)
 
     records, controller, live_recorded, skipped = read_run_records(run_dir)
     if xids is None:
@@ -484,7 +501,8 @@ def _finish_run(run_dir: Path, opts: StressOptions, run_info: dict[str, Any],
     spans = assemble_spans(records, controller)
     attributed = attribute_xids(xids, spans, pci_map)
     write_text_atomic(run_dir / Layout.XID, "".join(dumps(x) + "\n" for x in attributed))
-    summary = build_summary(spans, controller, attributed, pci_map=pci_map)
+    summary = build_summary(spans, controller, attributed, pci_map=pci_map,
+                            visible=visible_of_run(run_dir, pci_map))
     exit_status = exit_status_for(pytest_status, found_something(summary))
     if interrupted:
         from faulthunt.cli import ExitCode
@@ -583,15 +601,18 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> N
     if unattributed:
         console.print(f"{len(unattributed)} Xid(s) not attributed to a test "
                       "(another process, or no matching pid): see xid.jsonl")
-    spread = [s for s in summary.get("xid_spread", []) if s["verdict"] in ("same_gpu", "spread")]
+    spread = [s for s in summary.get("xid_spread", []) if s["verdict"] != "single"]
     for s in spread:
-        console.print(f"Xid {s['xid']}: {s['count']} on GPU(s) {', '.join(s['devices'])}: "
+        console.print(f"Xid {s['xid']}: {s['count']} on GPU(s) {', '.join(s['devices']) or '?'}: "
                       f"{s['reading']}")
-    devices = [d for d in summary.get("by_device", []) if d["device"] != "unpinned"]
+    devices = summary.get("by_device", [])
     if len(devices) > 1:
         console.print("by device: " + "; ".join(
-            f"{d['device']}: {d['failures']} failed of {d['runs']}, {d['xids']} Xids"
-            for d in devices))
+            f"{d['device']}: " + (f"{d['failures']} failed of {d['runs']}"
+                                  if d.get("runs") is not None else "runs under 'unpinned'")
+            + f", {d['xids']} Xids" for d in devices))
+    for line in kernel_log_lines(summary.get("kernel_log")):
+        console.print(line)
     w = summary.get("workers", {})
     outcomes = summary.get("outcomes", {})
     console.print(
@@ -601,6 +622,29 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> N
         f"hung {w.get('hung', 0)}, recycled {w.get('recycled', 0)}"
         + (f"; stopped early: {summary['stopped_early']}" if summary.get("stopped_early") else ""))
     console.print(f"run directory: {run_dir}")
+
+
+def kernel_log_lines(status: Mapping[str, Any] | None) -> list[str]:
+    """What the terminal says about the kernel log: why it was not followed, records lost
+    (counted or not), unparsed Xid lines, the source's warnings. Nothing when all was well."""
+    if not isinstance(status, Mapping):
+        return []
+    out = []
+    if status.get("error"):
+        out.append(f"kernel log: not followed: {status['error']} (no Xids were captured)")
+    if status.get("lost"):
+        out.append(f"kernel log: {status['lost']} record(s) LOST (overwritten before read): "
+                   "Xids among them are missing from this run")
+    if status.get("lost_unknown"):
+        out.append("kernel log: records may have been lost (this source cannot count them)")
+    if status.get("unparsed"):
+        out.append(f"kernel log: {status['unparsed']} Xid line(s) not parsed (see kmsg_added.txt)")
+    warnings = [str(w) for w in status.get("warnings") or []]
+    for w in warnings[:3]:
+        out.append(f"kernel log warning: {w}")
+    if len(warnings) > 3:
+        out.append(f"kernel log: {len(warnings) - 3} more warning(s) in summary.json kernel_log")
+    return out
 
 
 def stress_and_report(opts: StressOptions, console: Any = None) -> StressResult:

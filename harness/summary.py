@@ -256,40 +256,115 @@ def _ci(failures: int, runs: int) -> list[float]:
     return [round(lo, 4), round(hi, 4)]
 
 
-def xid_spread(xids: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per Xid number: on how many GPUs it happened, and what that suggests.
+def xid_spread(xids: Iterable[Mapping[str, Any]], gpus_visible: int | None = None
+               ) -> list[dict[str, Any]]:
+    """Per Xid number: on how many GPUs, from how many tests and processes, and what that suggests.
 
-    NVIDIA's Xid catalog reads the two cases differently: the same Xid repeating on one GPU points
-    at that GPU (hardware, e.g. ECC or a bad board), the same Xid across several GPUs points at the
-    application (it follows the code, not the card).
+    NVIDIA's Xid catalog reads repeats differently: the same Xid repeating on one GPU across
+    *different applications* points at that GPU (hardware, e.g. ECC or a bad board); the same Xid
+    across several GPUs, or always from the same code, points at the application. So the verdict
+    looks at the tests and worker processes behind the Xids, not only at the devices:
+
+    - ``single``: one occurrence;
+    - ``spread``: several GPUs (follows the code);
+    - ``one_test``: every attributed Xid comes from one test (in one or more worker processes):
+      the application, that test, whatever the device count;
+    - ``same_gpu``: one GPU out of several visible, from different tests or processes outside
+      the run: suspect that device;
+    - ``one_gpu``: one GPU visible and several tests: same-GPU vs spread cannot be told apart;
+    - ``unknown_device``: the Xid lines' GPU could not be mapped.
+
+    ``gpus_visible`` is how many GPUs the run could see (None: unknown); with 1 the reading says
+    that same-GPU vs spread cannot be told apart. Xids no worker produced (``base_nodeid`` None:
+    another process on the machine, e.g. a concurrent job) are counted in ``outside`` and do not
+    make the attributed ones look like several applications' faults.
     """
     groups: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
     for x in xids:
         groups[x.get("xid")].append(x)
+    one_gpu_note = "only one GPU: same-GPU vs spread cannot be told apart"
     out = []
     for number, group in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0])):
         devices = sorted({str(x.get("device")) for x in group if x.get("device") is not None})
-        tests = sorted({str(x.get("base_nodeid")) for x in group if x.get("base_nodeid")})
+        attributed = [x for x in group if x.get("base_nodeid")]
+        tests = sorted({str(x.get("base_nodeid")) for x in attributed})
+        processes = len({x.get("pid") for x in attributed if x.get("pid") is not None})
+        outside = len(group) - len(attributed)
+        one_gpu = gpus_visible == 1
         if len(group) == 1:
             verdict, reading = "single", "one occurrence: no pattern yet"
         elif len(devices) > 1:
             verdict, reading = "spread", "on several GPUs: follows the code (application)"
+        elif len(tests) == 1 and len(attributed) >= 2:
+            procs = (f"in {processes} different worker processes" if processes > 1
+                     else "in one worker process")
+            verdict = "one_test"
+            reading = (f"all {len(attributed)} attributed to one test, {tests[0]}, {procs}: "
+                       "follows that test (application), not the device")
+        elif len(devices) == 1 and one_gpu:
+            verdict = "one_gpu"
+            reading = (f"{len(tests)} tests" if tests else "no test") + (
+                " behind them; hardware vs application needs another GPU or machine")
         elif len(devices) == 1:
-            verdict, reading = "same_gpu", ("repeats on one GPU: suspect that device (hardware) "
-                                            "unless one test, pinned there, causes every one")
+            verdict, reading = "same_gpu", (
+                f"repeats on one GPU from {len(tests)} different tests"
+                + (f" and {outside} other process(es)" if outside else "")
+                + ": suspect that device (hardware)")
         else:
             verdict, reading = "unknown_device", "GPU of the Xid lines unknown"
+        if one_gpu and verdict != "single":
+            reading = f"{one_gpu_note}; {reading}"
+        if outside and verdict != "same_gpu":
+            reading += f"; {outside} more from process(es) outside the run (not attributed)"
         out.append({"xid": number, "count": len(group), "devices": devices, "tests": tests,
+                    "processes": processes, "outside": outside, "gpus_visible": gpus_visible,
                     "verdict": verdict, "reading": reading})
     return out
+
+
+def visible_gpus(pci_map: Mapping[str, Mapping[str, Any]] | None,
+                 cuda_visible_devices: str | None = None) -> list[str] | None:
+    """The device labels unpinned workers could use: None when not known.
+
+    From the GPUs the run saw (identity.json's NVML list and the driver's UUID lines, i.e. the
+    PCI map), narrowed by the run's own ``CUDA_VISIBLE_DEVICES`` when that names devices by index
+    or UUID. An empty ``CUDA_VISIBLE_DEVICES`` hides every GPU: [].
+    """
+    labels = []
+    for pci, dev in sorted((pci_map or {}).items()):
+        label = _device_label(dev.get("index"), dev.get("uuid"), pci)
+        if label is not None:
+            labels.append((label, dev))
+    if cuda_visible_devices is not None:
+        wanted = [w.strip() for w in cuda_visible_devices.split(",")]
+        if wanted == [""]:
+            return []
+        # CUDA stops at the first entry it cannot resolve; so do we (only index/UUID forms)
+        picked = []
+        for w in wanted:
+            hit = next((lab for lab, dev in labels
+                        if w == str(dev.get("index")) or (dev.get("uuid") and
+                                                          str(dev["uuid"]).startswith(w)
+                                                          and w.startswith("GPU-"))), None)
+            if hit is None:
+                break
+            picked.append(hit)
+        if picked:
+            return picked
+    return [lab for lab, _ in labels] if labels else None
 
 
 def build_summary(spans: Iterable[Mapping[str, Any]] | Iterable[TestSpan],
                   controller_events: Iterable[dict[str, Any]],
                   xids: Iterable[dict[str, Any]], *,
                   pci_map: Mapping[str, Mapping[str, Any]] | None = None,
-                  exit_status: int | None = None) -> dict[str, Any]:
-    """summary.json from worker records (or assembled spans), controller events and Xids."""
+                  exit_status: int | None = None,
+                  visible: list[str] | None = None) -> dict[str, Any]:
+    """summary.json from worker records (or assembled spans), controller events and Xids.
+
+    ``visible``: the devices unpinned workers could use (:func:`visible_gpus`); default: every
+    device of ``pci_map``. With exactly one, unpinned runs are counted on that device.
+    """
     controller_events = list(controller_events)
     items = list(spans)
     if items and isinstance(items[0], TestSpan):
@@ -333,11 +408,18 @@ def build_summary(spans: Iterable[Mapping[str, Any]] | Iterable[TestSpan],
                         "collateral": collateral, "xids": xids_by_test.get(base, 0)})
     by_test.sort(key=lambda r: (-r["failures"], -r["xids"], r["base_nodeid"]))
 
+    if visible is None:
+        visible = visible_gpus(pci_map)
+    # An unpinned worker on a machine (or CUDA_VISIBLE_DEVICES) with one GPU ran on that GPU;
+    # with several it could have used any of them, so its runs stay under "unpinned".
+    only = visible[0] if visible is not None and len(visible) == 1 else None
     by_device: dict[str, dict[str, Any]] = {}
     for s in span_list:
-        row = by_device.setdefault(s.device or "unpinned", {"device": s.device or "unpinned",
-                                                           "runs": 0, "failures": 0, "xids": 0})
+        label = s.device or only or "unpinned"
+        row = by_device.setdefault(label, {"device": label, "runs": 0, "failures": 0, "xids": 0})
         row["runs"] += 1
+        if not s.device and only is not None:
+            row["unpinned_runs"] = row.get("unpinned_runs", 0) + 1
         if s.outcome in FAILING and s.outcome != "collateral":
             row["failures"] += 1
     for x in attributed:
@@ -348,6 +430,12 @@ def build_summary(spans: Iterable[Mapping[str, Any]] | Iterable[TestSpan],
         for pci, dev in (pci_map or {}).items():
             if label in (str(dev.get("index")), dev.get("uuid"), pci):
                 row.update({"pci": pci, "uuid": dev.get("uuid"), "name": dev.get("name")})
+        if row["runs"] == 0 and row["xids"] and "unpinned" in by_device:
+            # its Xids came from unpinned workers (or other processes): their runs are not
+            # attributable to one device, so say so instead of showing "0 runs"
+            row["runs"] = None
+            row["failures"] = None
+            row["note"] = "workers were unpinned: runs and failures are under 'unpinned'"
 
     finish = next((c for c in reversed(controller_events) if c.get("event") == "session_finish"),
                   None)
@@ -366,7 +454,7 @@ def build_summary(spans: Iterable[Mapping[str, Any]] | Iterable[TestSpan],
         "xids": [_xid_summary(x) for x in attributed],
         "by_test": by_test,
         "by_device": sorted(by_device.values(), key=lambda r: r["device"]),
-        "xid_spread": xid_spread(attributed),
+        "xid_spread": xid_spread(attributed, len(visible) if visible is not None else None),
         "workers": workers,
         "stopped_early": (finish.get("shouldstop") or finish.get("shouldfail")) if finish else None,
         "session_finished": finish is not None,
@@ -431,13 +519,37 @@ def pci_map_of_run(run_dir: Path) -> dict[str, dict[str, Any]]:
     return build_pci_map(gpus, parse_gpu_uuid_lines(text))
 
 
+def visible_of_run(run_dir: Path, pci_map: Mapping[str, Mapping[str, Any]]) -> list[str] | None:
+    """:func:`visible_gpus` with the ``CUDA_VISIBLE_DEVICES`` the run was started with (env.json)."""
+    from faulthunt.rundir import Layout, read_json
+
+    try:
+        env = read_json(run_dir / Layout.ENV, default={})
+    except Exception:  # a damaged env.json only loses the narrowing
+        env = {}
+    cvd = env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, dict) else None
+    return visible_gpus(pci_map, cvd if isinstance(cvd, str) and cvd != "<redacted>" else None)
+
+
 def summarize_run(run_dir: Path) -> dict[str, Any]:
-    """The summary of a run directory, from its records; writes nothing."""
+    """The summary of a run directory, from its records; writes nothing.
+
+    ``kernel_log`` (how the log was followed: lost records, warnings) is only known while the run
+    is live; it is carried over from the run's own summary.json when there is one.
+    """
     from faulthunt.rundir import Layout, read_json
 
     records, controller, xids, skipped = read_run_records(run_dir)
     run = read_json(run_dir / Layout.RUN, default={})
-    summary = build_summary(records, controller, xids, pci_map=pci_map_of_run(run_dir),
-                            exit_status=run.get("exit_status") if isinstance(run, dict) else None)
+    pci_map = pci_map_of_run(run_dir)
+    summary = build_summary(records, controller, xids, pci_map=pci_map,
+                            exit_status=run.get("exit_status") if isinstance(run, dict) else None,
+                            visible=visible_of_run(run_dir, pci_map))
     summary["skipped_lines"] = skipped
+    try:
+        previous = read_json(run_dir / Layout.SUMMARY, default={})
+    except Exception:  # a damaged summary.json is what re-summarising is for
+        previous = {}
+    if isinstance(previous, dict) and isinstance(previous.get("kernel_log"), dict):
+        summary["kernel_log"] = previous["kernel_log"]
     return summary
