@@ -87,3 +87,59 @@ def test_stress_oracle_real_run(tmp_path: Path) -> None:
     bad = stress_oracle(["test_o.py::test_bad"], cwd=tmp_path, base=tmp_path / ".fh")(3)
     good = stress_oracle(["test_o.py::test_good"], cwd=tmp_path, base=tmp_path / ".fh")(3)
     assert bad == (3, 3) and good == (0, 3)
+
+
+SUITE = '''
+def test_s(request):
+    cs = getattr(request.node, "callspec", None)
+    step = cs.params.get("__pytest_repeat_step_number", 0) if cs else 0
+    assert not (BUG and step % 2 == 0)
+'''
+
+
+def _scratch_repo(tmp_path: Path, n: int, first_bad: int) -> tuple[Path, list[str], object]:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    g = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True).stdout
+    g("init", "-q", "-b", "main")
+    g("config", "user.email", "t@example.com")
+    g("config", "user.name", "t")
+    shas = []
+    for i in range(n):
+        # the flaky bug: from commit `first_bad` on, every even pytest-repeat step fails (1 run in 2)
+        (repo / "test_s.py").write_text(f"BUG = {i >= first_bad}\nCOMMIT = {i}\n" + SUITE)
+        g("add", ".")
+        g("commit", "-q", "-m", f"c{i}")
+        shas.append(g("rev-parse", "HEAD").strip())
+    return repo, shas, g
+
+
+@pytest.mark.slow
+def test_bisect_command_end_to_end(tmp_path: Path) -> None:
+    """The whole `faulthunt bisect --good --bad` through git bisect run and the real stress oracle."""
+    repo, shas, g = _scratch_repo(tmp_path, 6, 3)
+    p = subprocess.run([sys.executable, "-m", "faulthunt", "bisect", "--good", shas[0], "--bad", shas[-1],
+                        "--calibrate", "4", "--confidence", "0.9", "--repo", str(repo),
+                        "--base", str(tmp_path / "runs"), "--", "test_s.py::test_s"],
+                       cwd=repo, capture_output=True, text=True, timeout=300)
+    out = p.stdout + p.stderr
+    assert f"first bad commit: {shas[3]}" in out, out
+    assert "2 of 4 runs failed" in out, out
+    # back on the branch, tree clean, no bisect left running
+    assert g("rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert g("status", "--porcelain").strip() == ""
+    assert not (repo / ".git" / "BISECT_LOG").exists()
+
+
+@pytest.mark.slow
+def test_bisect_refuses_dirty_tree(tmp_path: Path) -> None:
+    """Modified tracked files: refuse before any checkout, with the fix, and leave the edit alone."""
+    repo, shas, g = _scratch_repo(tmp_path, 2, 1)
+    (repo / "test_s.py").write_text("# my unsaved edit\n")
+    p = subprocess.run([sys.executable, "-m", "faulthunt", "bisect", "--good", shas[0], "--bad", shas[-1],
+                        "--repo", str(repo), "--", "test_s.py::test_s"],
+                       cwd=repo, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "uncommitted changes" in p.stderr and "git stash" in p.stderr, p.stderr
+    assert (repo / "test_s.py").read_text() == "# my unsaved edit\n"
+    assert g("rev-parse", "HEAD").strip() == shas[-1]
