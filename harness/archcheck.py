@@ -22,10 +22,20 @@ arch-/family-specific feature sets of CUDA 12.0/12.9):
 A library is judged as a whole (the union of its cubins/PTX): cuobjdump's listing does not say
 which kernels each fatbin holds, so a library whose fatbins cover different architectures can
 still fail for one kernel; the verdict says "can run some kernels", never more than it knows.
+
+cuobjdump reads only the fatbins the CUDA runtime registers (the ``.nv_fatbin`` section). Some
+libraries keep their real kernels elsewhere and load them themselves: the CUDA 13.0 cuFFT wheel's
+``libcufft.so.12`` is 286 MB with a 672-byte ``.nv_fatbin`` (one sm_75 stub cubin, all cuobjdump
+lists), while its 278 MB ``.ldata`` section holds ~24,000 more fatbins with SASS for sm_75..sm_120
+(sm_90 included) and PTX; cuFFT runs on the H200. So "cuobjdump lists no SASS for this device" is
+evidence of a problem only when the listing is plausibly complete: :class:`Visibility` carries
+what else is known about the file, and :func:`check_coverage` turns an unprovable "cannot run"
+into the verdict ``unseen`` (a note saying what was seen and how to check for real).
 """
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -155,7 +165,134 @@ def parse_listing(text: str, kind: Literal["elf", "ptx"]) -> Listing:
                    fatal, tuple(notes))
 
 
-Verdict = Literal["native", "jit", "cannot_run", "no_device_code", "unknown"]
+Verdict = Literal["native", "jit", "cannot_run", "unseen", "no_device_code", "unknown"]
+
+# Libraries known to keep (most of) their kernels outside the fatbin cuobjdump lists, with why.
+# Seen on the H200 (CUDA 13.0 wheels): libcufft.so.12 and libcufftw.so.12 list one sm_75 stub
+# cubin each, yet cuFFT runs on sm_90. A name list, so the verdict is right even when the file
+# itself cannot be scanned (unreadable, or judged with --cc for another machine).
+OPAQUE_LIBRARIES: dict[str, str] = {
+    "libcufft": "cuFFT loads its kernels from fatbins embedded outside .nv_fatbin",
+    "libcufftw": "libcufftw is cuFFT's FFTW interface: its transforms run libcufft's kernels",
+}
+
+_FATBIN_MAGIC = b"\x50\xed\x55\xba"  # fatbin header magic 0xBA55ED50, little-endian
+
+
+@dataclass(frozen=True)
+class EmbeddedFatbins:
+    """Fatbin headers found in a library's bytes OUTSIDE its ``.nv_fatbin`` section."""
+
+    fatbins: int                      # headers that parsed (magic, 16-byte header, sane size)
+    sass: tuple[Arch, ...]            # distinct SASS architectures of their entries
+    ptx: tuple[Arch, ...]             # distinct PTX architectures
+
+
+def _entry_arch(num: int) -> Arch | None:
+    if not 10 <= num <= 1299:
+        return None
+    return Arch(num // 10, num % 10)
+
+
+def scan_fatbins(blob: bytes | mmap.mmap, skip: tuple[int, int] | None = None,
+                 limit: int = 100_000) -> EmbeddedFatbins:
+    """Find fatbin containers in ``blob`` (outside the ``skip`` = (offset, size) range) and the
+    architectures of their entries.
+
+    The container layout is not documented by NVIDIA; this reads only the stable, widely
+    described fields: header = magic u32, version u16, header size u16 (16), payload size u64;
+    each entry = kind u16 (1 PTX, 2 ELF), u16, entry header size u32, payload size u64, ...,
+    arch u32 at offset 28 (75 = sm_75). A header that does not parse is skipped, never raised on.
+    """
+    import struct
+
+    raw = blob  # bytes or an mmap of the file: both have find() and work with unpack_from
+    size = len(raw)
+    sass: set[Arch] = set()
+    ptx: set[Arch] = set()
+    found = 0
+    pos = raw.find(_FATBIN_MAGIC)
+    while pos != -1 and found < limit:
+        nxt = pos + 4
+        inside_skip = skip is not None and skip[0] <= pos < skip[0] + skip[1]
+        if not inside_skip and pos + 16 <= size:
+            _, hsize, fat = struct.unpack_from("<HHQ", raw, pos + 4)
+            if hsize == 16 and 0 < fat <= size - pos - 16:
+                q, end, entries = pos + 16, pos + 16 + fat, 0
+                while q + 32 <= end:
+                    kind, _, ehs, psize = struct.unpack_from("<HHIQ", raw, q)
+                    if kind not in (1, 2) or not 32 <= ehs <= 4096 or q + ehs + psize > end:
+                        break
+                    arch = _entry_arch(struct.unpack_from("<I", raw, q + 28)[0])
+                    if arch is not None:
+                        (ptx if kind == 1 else sass).add(arch)
+                        entries += 1
+                    q += ehs + psize
+                if entries:
+                    found += 1
+                    nxt = end  # entries' payloads are not scanned again for nested magic
+        pos = raw.find(_FATBIN_MAGIC, nxt)
+    return EmbeddedFatbins(found, tuple(sorted(sass)), tuple(sorted(ptx)))
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """What else is known about a library file, beyond its cuobjdump listing.
+
+    ``fatbin_section_bytes`` / ``file_bytes``: size of ``.nv_fatbin`` and of the whole file;
+    ``embedded``: fatbins found outside ``.nv_fatbin`` (None: not scanned); ``release_sass``:
+    SASS architectures the other libraries of the same directory (the same toolkit release) list.
+    """
+
+    fatbin_section_bytes: int | None = None
+    file_bytes: int | None = None
+    embedded: EmbeddedFatbins | None = None
+    release_sass: tuple[Arch, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON object for ``doctor --json``."""
+        return {
+            "fatbin_section_bytes": self.fatbin_section_bytes,
+            "file_bytes": self.file_bytes,
+            "embedded_fatbins": None if self.embedded is None else {
+                "fatbins": self.embedded.fatbins,
+                "sass": [a.name for a in self.embedded.sass],
+                "ptx": [a.name for a in self.embedded.ptx]},
+            "release_sass": [a.name for a in self.release_sass],
+        }
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB" if n >= 1e3 else f"{n} bytes"
+
+
+def listing_gaps(library: str, sass: tuple[Arch, ...], device: Arch,
+                 vis: Visibility | None) -> list[str]:
+    """Reasons to think cuobjdump did not see all of ``library``'s kernels (empty: none).
+
+    Each reason is a short clause for the doctor line; the caller decides the verdict.
+    """
+    reasons: list[str] = []
+    vis = vis or Visibility()
+    emb = vis.embedded
+    if emb is not None and emb.fatbins:
+        serving = [a for a in emb.sass if a.sass_runs_on(device)]
+        serving += [a for a in emb.ptx if a.ptx_runs_on(device)]
+        reasons.append(f"{emb.fatbins} more fatbin(s) lie outside .nv_fatbin with SASS for "
+                       f"{describe_archs(emb.sass)}" + (f" and PTX for {describe_archs(emb.ptx)}"
+                                                        if emb.ptx else "")
+                       + ("" if serving else f", none for {device.name} either"))
+    if vis.fatbin_section_bytes is not None and vis.file_bytes:
+        if vis.fatbin_section_bytes < 64 * 1024 and vis.file_bytes > 32 * 1024 * 1024:
+            reasons.append(f".nv_fatbin is {_mb(vis.fatbin_section_bytes)} of a "
+                           f"{_mb(vis.file_bytes)} file")
+    release = sorted(set(vis.release_sass))
+    if release and len(set(sass)) <= 2 and len(release) >= len(set(sass)) + 3 \
+            and any(a.sass_runs_on(device) for a in release):
+        reasons.append(f"the other libraries beside it cover {describe_archs(release)}")
+    if library in OPAQUE_LIBRARIES and not (emb is not None and emb.fatbins):
+        reasons.append(OPAQUE_LIBRARIES[library])
+    return reasons
 
 
 @dataclass(frozen=True)
@@ -170,6 +307,7 @@ class Coverage:
     message: str                      # ONE line, the thing doctor prints
     fix: str | None = None
     runs_with: tuple[Arch, ...] = field(default=())  # the members that serve the device
+    visibility: Visibility | None = None  # what else was known about the file (unseen/cannot_run)
 
     @property
     def problem(self) -> bool:
@@ -187,6 +325,7 @@ class Coverage:
             "runs_with": [a.name for a in self.runs_with],
             "message": self.message,
             "fix": self.fix,
+            "visibility": self.visibility.to_json() if self.visibility else None,
         }
 
 
@@ -211,13 +350,17 @@ def _carries(sass: tuple[Arch, ...], ptx: tuple[Arch, ...]) -> str:
     return f"{sass_part} and {ptx_part}"
 
 
-def check_coverage(library: str, elf: Listing, ptx: Listing, device: Arch | None) -> Coverage:
+def check_coverage(library: str, elf: Listing, ptx: Listing, device: Arch | None,
+                   visibility: Visibility | None = None) -> Coverage:
     """The coverage verdict of one library (its two listings) for one device (or none).
 
     ``native`` when a cubin runs on the device, ``jit`` when only PTX can serve it (the driver
     compiles at first launch), ``cannot_run`` when neither does (``cudaErrorNoKernelImageForDevice``,
     error 209, as the H200's sm_75-only binary showed), ``no_device_code`` for host-only libraries,
-    ``unknown`` when cuobjdump could not read it.
+    ``unknown`` when cuobjdump could not read it. ``unseen`` replaces ``cannot_run`` when there
+    is evidence (:func:`listing_gaps`) that cuobjdump's listing is not the library's whole code,
+    unless that evidence itself shows nothing for the device (the embedded fatbins were scanned
+    and none serves it): then the verdict stays ``cannot_run``.
     """
     sass = elf.arch_set
     ptxs = ptx.arch_set
@@ -249,14 +392,31 @@ def check_coverage(library: str, elf: Listing, ptx: Listing, device: Arch | None
             fix=f"install a build of {library} with {device.name} SASS, or keep the JIT cache "
                 f"warm (CUDA_CACHE_MAXSIZE=4294967296, CUDA_CACHE_PATH on persistent disk)",
             runs_with=jit)
+    reasons = listing_gaps(library, sass, device, visibility)
+    emb = visibility.embedded if visibility else None
+    emb_serves = emb is not None and emb.fatbins > 0 and (
+        any(a.sass_runs_on(device) for a in emb.sass) or any(a.ptx_runs_on(device) for a in emb.ptx))
+    scanned_none = emb is not None and emb.fatbins > 0 and not emb_serves
+    if reasons and not scanned_none:
+        return Coverage(
+            library, device, sass, ptxs, "unseen",
+            f"{library}: cuobjdump lists {carries}, but cannot see all of this library's kernels "
+            f"({'; '.join(reasons)}): no evidence that this {device.name} device cannot run it",
+            fix=f"check for real: run one small {library} call on this device (e.g. for cuFFT "
+                f"`python -c 'import cupy; print(cupy.fft.fft(cupy.ones(8)))'`), or run "
+                f"`faulthunt doctor --pid PID` on a test process that used it to see which copy "
+                f"of {library} it loaded", visibility=visibility)
     lowest = min(sass + ptxs)
     fix = (f"install a build of {library} that includes {device.name} SASS or PTX for "
            f"compute_{device.major}{device.minor} or lower (older releases of the library "
            f"supported older GPUs: check its support matrix), or run on a GPU it covers "
            f"(compute capability {lowest.cc} or newer within its SASS list)")
+    if scanned_none and emb is not None:
+        carries += (f" (and the {emb.fatbins} fatbin(s) outside .nv_fatbin only "
+                    f"{describe_archs(emb.sass + emb.ptx)})")
     return Coverage(library, device, sass, ptxs, "cannot_run",
                     f"{library} has {carries}: this {device.name} device cannot run its kernels",
-                    fix=fix)
+                    fix=fix, visibility=visibility)
 
 
 def library_label(path: str) -> str:

@@ -63,12 +63,14 @@ def render(full: dict[str, Any], out: IO[str], show_all: bool = False) -> None:
     w(f"libraries   {full.get('libraries_checked', 0)} examined, {carrying} carry GPU code; "
       f"checked against {archs}\n")
     for lib in libs:
-        if show_all or lib.get("problem") or lib.get("verdict") == "jit":
+        if show_all or lib.get("problem") or lib.get("verdict") in ("jit", "unseen"):
             w(f"  {lib['message']}\n")
     problems = [p for p in full.get("problems") or [] if p["severity"] != "info"]
     notes = [p for p in full.get("problems") or [] if p["severity"] == "info"]
     for note in notes:
         w(f"note: {note['message']}\n")
+        if note.get("area") == "libraries" and note.get("fix"):
+            w(f"  {note['fix']}\n")
     if not problems:
         w("no problems found\n")
         return
