@@ -230,6 +230,10 @@ def test_stress_xid_from_file_source_attributed_to_test_and_worker(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["xids"][0]["nodeid"] == "test_xid.py::test_wild_write"
     assert (run / "kmsg_added.txt").read_text().count("Xid") == 1
+    # engineer K's ReadResult fields reach summary.json: nothing lost here, and it says so
+    kl = summary["kernel_log"]
+    assert (kl["source"], kl["lost"], kl["unparsed"]) == ("file", 0, 0)
+    assert isinstance(kl["lost_unknown"], bool) and isinstance(kl["warnings"], list)
 
 
 @pytest.mark.slow
@@ -311,7 +315,9 @@ def test_kernel_log_watch_against_the_contract(tmp_path, monkeypatch):
 
         def stop(self):
             calls.append("stop")
-            return types.SimpleNamespace(lines=("NVRM: Xid ...",), lost=2,
+            return types.SimpleNamespace(lines=("NVRM: Xid ...",), lost=2, lost_unknown=True,
+                                         warnings=("kmsg: EPIPE at seq 40",),
+                                         unparsed=("NVRM: Xid (PCI:0000:00:06): garbage",),
                                          events=(Ev(42, "NVRM: Xid (PCI:0000:00:06): 31, pid=7, ..."),))
 
     mod = types.ModuleType("faulthunt.kernlog.sources")
@@ -333,4 +339,31 @@ def test_kernel_log_watch_against_the_contract(tmp_path, monkeypatch):
     assert live[0]["seq"] == 42 and "t_seen_mono" in live[0]
     # the final list carries the time the live follower first saw each line
     assert got[0]["t_seen_mono"] == live[0]["t_seen_mono"]
-    assert watch.status == {"source": "double", "error": None, "lost": 2} and warned
+    # what the source could not read is kept for summary.json (kernel_log) and said at once
+    assert watch.status == {"source": "double", "error": None, "lost": 2, "lost_unknown": True,
+                            "warnings": ["kmsg: EPIPE at seq 40"], "unparsed": 1,
+                            "unparsed_sample": ["NVRM: Xid (PCI:0000:00:06): garbage"]}
+    said = "\n".join(warned)
+    for phrase in ("2 records were overwritten", "cannot count them", "EPIPE at seq 40",
+                   "could not be parsed"):
+        assert phrase in said
+
+
+@pytest.mark.parametrize(("status", "expect"), [
+    ({"source": "kmsg", "error": None, "lost": 0, "lost_unknown": False, "warnings": []}, []),
+    (None, []),
+    ({"source": None, "error": "kernel log not followed (--xid-source none)"},
+     ["kernel log: not followed: kernel log not followed (--xid-source none) (no Xids were captured)"]),
+    ({"source": "kmsg", "lost": 3}, ["kernel log: 3 record(s) LOST (overwritten before read): "
+                                     "Xids among them are missing from this run"]),
+    ({"source": "dmesg", "lost_unknown": True},
+     ["kernel log: records may have been lost (this source cannot count them)"]),
+    ({"source": "kmsg", "unparsed": 2}, ["kernel log: 2 Xid line(s) not parsed (see kmsg_added.txt)"]),
+    ({"source": "kmsg", "warnings": ["a", "b", "c", "d", "e"]},
+     ["kernel log warning: a", "kernel log warning: b", "kernel log warning: c",
+      "kernel log: 2 more warning(s) in summary.json kernel_log"]),
+])
+def test_kernel_log_lines(status, expect):
+    from faulthunt.stress import kernel_log_lines
+
+    assert kernel_log_lines(status) == expect
