@@ -64,7 +64,7 @@ WRITER_CHILD = textwrap.dedent("""
     w.record("alloc", "synthetic", address=0x7f0000000000, size=4096)
     w.record("launch", "synthetic", kernel="k")
     # a torn last line, as a write cut by SIGKILL leaves it
-    os.write(w._writer._fd, b'{"event": "alloc", "address": 1399')
+    os.write(w._fd, b'{"event": "alloc", "address": 1399')
     print("ready", flush=True)
     import time
     while True:
@@ -496,6 +496,7 @@ def test_cupti_source_flushes_before_launch_and_joins_stack(tmp_path, monkeypatc
                                              symbol_name=None))
     finally:
         context.set_current(None, None)
+    src._stop.set()  # the background flusher: nothing pending, nothing to flush
     w.close()
     recs = [json.loads(x) for x in (tmp_path / f"{os.getpid()}.jsonl").read_text().splitlines()]
     assert [r["event"] for r in recs] == ["alloc", "launch", "sync"]  # the alloc is on disk first
@@ -512,6 +513,7 @@ def test_cupti_second_subscriber_falls_back_with_a_clear_message(tmp_path, monke
     said: list[str] = []
     w = LedgerWriter(tmp_path)
     src = cupti_source.start(w, say=said.append)
+    src._stop.set()
     w.close()
     assert src.subscriber is None
     assert "already has a subscriber" in said[0] and "allocations from activity records only" in said[0]

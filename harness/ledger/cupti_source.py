@@ -16,10 +16,18 @@ cupti-python 13.0 (``cupti/cupti.pyi`` and its bundled samples):
   ``cbdata.correlation_id`` joins a call to its MEMORY2 record.
 
 Crash safety: launch and sync records are written in the callback, before the kernel runs.
-Allocation records arrive in activity buffers, so before a launch that follows any allocation
-API call the buffers are force-flushed (``activity_flush_all(ActivityFlag.FLUSH_FORCED)``): every
-allocation a kernel could touch is on disk before the kernel starts. ``FAULTHUNT_LEDGER_FLUSH=period``
-trades that for a 100 ms periodic flush (less overhead, a window of loss on abort).
+Allocation records arrive in activity buffers, which CUPTI hands over only when full or when
+forced (its periodic flush returns full buffers only). ``cuptiActivityFlushAll(FORCED)`` costs
+about a millisecond, so forcing it before every launch that follows an allocation made an
+allocation-heavy loop 12x slower on the H200. The default policy (``FAULTHUNT_LEDGER_FLUSH=sync``):
+force a flush before a launch that follows an allocation only if the last forced flush is at least
+:data:`FLUSH_GAP` old (so the first launch after a quiet spell, the usual faulting test, has its
+allocation on disk before it starts), at every synchronization that returns (the path a fault is
+reported on), from a background thread every :data:`FLUSH_GAP` while records are pending, and at
+exit. What a hard kill (SIGKILL, abort) can then lose is the driver-level allocations of the last
+:data:`FLUSH_GAP` seconds; framework refinements (numba, CuPy, torch) write synchronously and lose
+nothing. ``FAULTHUNT_LEDGER_FLUSH=launch`` restores the strict flush before every such launch.
+Stacks are taken at allocation calls only unless ``FAULTHUNT_LEDGER_STACKS=all``.
 
 Only one CUPTI subscriber may exist per process (Nsight Systems, another profiler): then
 ``subscribe_v2`` fails with ``ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED``; the ledger says who holds it
@@ -40,7 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faulthunt import context
-from faulthunt.ledger.writer import LedgerWriter, python_stack
+from faulthunt.ledger.writer import LedgerWriter, stack_json
 from faulthunt.records.ledger import EVENT_ALLOC, EVENT_FREE, EVENT_LAUNCH, EVENT_NOTE, EVENT_SYNC, KIND_DEVICE
 
 NAME = "cupti"
@@ -66,6 +74,11 @@ SYNC_APIS = {"cuCtxSynchronize": "context", "cuCtxSynchronize_v2": "context",
 #: correlation ids whose stack waits for its MEMORY2 record; bounded so a lost record can't leak
 MAX_PENDING = 4096
 FLUSH_ENV = "FAULTHUNT_LEDGER_FLUSH"
+#: seconds: the least time between forced flushes from the launch path; the background flush period
+FLUSH_GAP = 0.1
+#: what the callback does per API (looked up by cbid: one dict lookup on the hot path)
+_ALLOC, _FREE, _LAUNCH, _SYNC = 1, 2, 3, 4
+FREE_APIS = ("cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemUnmap", "cuMemRelease")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,12 +190,18 @@ class CuptiSource:
         self.cupti = _import()
         self.writer = writer
         self.say = say
-        self.pending: dict[int, tuple[str | None, list[str]]] = {}
+        self.pending: dict[int, tuple[str | None, Any]] = {}
         self.subscriber: int | None = None
         self.dirty = False
-        self.flush_on_launch = os.environ.get(FLUSH_ENV, "launch") != "period"
+        policy = os.environ.get(FLUSH_ENV, "sync")
+        self.flush_on_launch = policy == "launch"
+        self.flushes = 0
+        self._last_flush = 0.0
         self.records = 0
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
         self.pid = os.getpid()
         w0 = time.time()
         m0 = time.monotonic()
@@ -193,7 +212,11 @@ class CuptiSource:
         # The C values this module hard-codes for its pure parts must be cupti's.
         assert int(c.ActivityMemoryOperationType.ALLOCATION) == OP_ALLOCATION
         assert int(c.ActivityMemoryOperationType.RELEASE) == OP_RELEASE
+        self._memory2 = int(c.ActivityKind.MEMORY2)
+        self._enter = int(c.ApiCallbackSite.API_ENTER)
+        self._forced = int(c.ActivityFlag.FLUSH_FORCED)
         self._cbnames: dict[int, str] = {}
+        self._cbkind: dict[int, int] = {}
 
     # activity buffers ------------------------------------------------------------------------
     def _buffer_requested(self) -> tuple[int, int]:
@@ -202,7 +225,7 @@ class CuptiSource:
     def _buffer_completed(self, activities: list[Any]) -> None:
         for act in activities:
             try:
-                if act.kind != int(self.cupti.ActivityKind.MEMORY2):
+                if act.kind != self._memory2:
                     continue
                 with self._lock:
                     rec = memory_record(act, self.clock, self.pending, self.pid)
@@ -214,48 +237,75 @@ class CuptiSource:
             except Exception as exc:  # never raise into CUPTI's thread
                 print(f"faulthunt ledger: bad CUPTI record: {exc!r}", file=sys.stderr)
 
+    def _flush_forced(self, why: str) -> None:
+        """Force CUPTI to hand over every pending record now (about 1 ms on the H200)."""
+        self.dirty = False
+        self._last_flush = time.monotonic()
+        self.flushes += 1
+        try:
+            with self._flush_lock:
+                self.cupti.activity_flush_all(self._forced)
+        except Exception as exc:
+            # Said once; the background flush still runs.
+            if self.flush_on_launch:
+                self.flush_on_launch = False
+                msg = f"ledger: CUPTI flush at {why} failed ({exc}); background flush only"
+                self.say(msg)
+                self.writer.record(EVENT_NOTE, NAME, message=msg)
+
     # callbacks --------------------------------------------------------------------------------
     def _callback(self, _userdata: Any, domain: int, cbid: int, cbdata: Any) -> None:
         try:
-            name = self._cbnames.get(cbid) or cbdata.function_name
-            entering = cbdata.callback_site == int(self.cupti.ApiCallbackSite.API_ENTER)
-            if name in ALLOC_APIS:
+            kind = self._cbkind.get(cbid)
+            if kind is None:  # a cbid enabled by someone else or unknown to this table
+                name = cbdata.function_name
+                kind = (_LAUNCH if name in LAUNCH_APIS else _SYNC if name in SYNC_APIS
+                        else _FREE if name in FREE_APIS else _ALLOC if name in ALLOC_APIS else 0)
+                self._cbkind[cbid] = kind
+                self._cbnames[cbid] = name
+            if not kind:
+                return
+            entering = cbdata.callback_site == self._enter
+            if kind == _ALLOC or kind == _FREE:
                 if entering:
+                    stack = (stack_json() if (self.writer.alloc_stacks if kind == _ALLOC
+                                              else self.writer.all_stacks) else None)
                     with self._lock:
                         if len(self.pending) >= MAX_PENDING:
                             self.pending.pop(next(iter(self.pending)))
-                        self.pending[cbdata.correlation_id] = (context.current_nodeid, python_stack())
+                        self.pending[cbdata.correlation_id] = (context.current_nodeid, stack)
                     self.dirty = True
                 return
-            got = callback_record(name, getattr(cbdata, "symbol_name", None), entering,
-                                  cbdata.correlation_id)
-            if got is None:
+            if kind == _LAUNCH:
+                if not entering:
+                    return
+                if self.dirty and (self.flush_on_launch
+                                   or time.monotonic() - self._last_flush >= FLUSH_GAP):
+                    self._flush_forced("launch")
+                name = self._cbnames.get(cbid) or cbdata.function_name
+                sym = cbdata.symbol_name
+                kernel = sym or ("<graph>" if name.startswith("cuGraphLaunch") else "<unknown>")
+                self.writer.record(EVENT_LAUNCH, NAME, kernel=kernel, api=name,
+                                   correlation_id=cbdata.correlation_id,
+                                   stack=stack_json() if self.writer.all_stacks else None)
                 return
-            event, fields = got
-            if event == EVENT_LAUNCH:
-                if self.dirty and self.flush_on_launch:
-                    self.dirty = False
-                    try:
-                        self.cupti.activity_flush_all(int(self.cupti.ActivityFlag.FLUSH_FORCED))
-                    except Exception as exc:
-                        # Said once; the 100 ms periodic flush still runs.
-                        self.flush_on_launch = False
-                        msg = f"ledger: CUPTI flush before launch failed ({exc}); periodic flush only"
-                        self.say(msg)
-                        self.writer.record(EVENT_NOTE, NAME, message=msg)
-                fields["stack"] = python_stack()
-            self.writer.record(event, NAME, **fields)
+            if not entering:  # _SYNC: on return; a fault is reported here, so flush first
+                if self.dirty:
+                    self._flush_forced("sync")
+                name = self._cbnames.get(cbid) or cbdata.function_name
+                self.writer.record(EVENT_SYNC, NAME, what=SYNC_APIS.get(name, "context"), api=name)
         except Exception as exc:
             print(f"faulthunt ledger: CUPTI callback failed: {exc!r}", file=sys.stderr)
+
+    def _background(self) -> None:
+        while not self._stop.wait(FLUSH_GAP):
+            if self.dirty and time.monotonic() - self._last_flush >= FLUSH_GAP:
+                self._flush_forced("background")
 
     def start(self) -> None:
         c = self.cupti
         c.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         c.activity_enable(c.ActivityKind.MEMORY2)
-        try:
-            c.activity_flush_period(100)
-        except Exception:
-            pass
         params = c.SubscriberParams()
         params.struct_size = c.SUBSCRIBER_PARAMS_SIZE
         params.subscriber_name = "faulthunt-ledger"
@@ -272,20 +322,29 @@ class CuptiSource:
                 msg = f"ledger: CUPTI subscribe failed ({exc}): allocations only, no launches"
             self.say(msg)
             self.writer.record(EVENT_NOTE, NAME, message=msg)
-            return
-        cbids = c.driver_api_trace_cbid
-        for api in LAUNCH_APIS + ALLOC_APIS + tuple(SYNC_APIS):
-            cbid = getattr(cbids, api, None)
-            if cbid is None:
-                continue
-            self._cbnames[int(cbid)] = api
-            c.enable_callback(1, self.subscriber, c.CallbackDomain.DRIVER_API, cbid)
+            # without callbacks nothing marks records pending: flush on the period regardless
+            self.dirty = True
+        else:
+            cbids = c.driver_api_trace_cbid
+            for api in LAUNCH_APIS + ALLOC_APIS + tuple(SYNC_APIS):
+                cbid = getattr(cbids, api, None)
+                if cbid is None:
+                    continue
+                self._cbnames[int(cbid)] = api
+                self._cbkind[int(cbid)] = (_LAUNCH if api in LAUNCH_APIS else _SYNC if api in SYNC_APIS
+                                           else _FREE if api in FREE_APIS else _ALLOC)
+                c.enable_callback(1, self.subscriber, c.CallbackDomain.DRIVER_API, cbid)
+        self._flusher = threading.Thread(target=self._background, name="faulthunt-ledger-flush", daemon=True)
+        self._flusher.start()
 
     def flush(self) -> None:
-        self.cupti.activity_flush_all(int(self.cupti.ActivityFlag.FLUSH_FORCED))
+        self._flush_forced("request")
+        if self.subscriber is None:
+            self.dirty = True
 
     def stop(self) -> None:
         c = self.cupti
+        self._stop.set()
         try:
             self.flush()
         finally:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faulthunt.ledger.writer import LedgerWriter, python_stack
+from faulthunt.ledger.writer import LedgerWriter
 from faulthunt.records.ledger import EVENT_ALLOC, EVENT_FREE, KIND_BLOCK, KIND_SEGMENT
 
 NAME = "cupy"
@@ -55,7 +55,7 @@ def make_hook(base: type, writer: LedgerWriter) -> Any:
             got = hook_record(hook, kw)
             if got is not None:
                 event, fields = got
-                writer.record(event, NAME, stack=python_stack() if event == EVENT_ALLOC else None,
+                writer.record(event, NAME, stack=writer.stack() if event == EVENT_ALLOC and writer.alloc_stacks else None,
                               **fields)
 
         def alloc_postprocess(self, **kw: Any) -> None:

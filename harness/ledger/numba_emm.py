@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faulthunt.ledger.writer import LedgerWriter, python_stack
+from faulthunt.ledger.writer import LedgerWriter
 from faulthunt.records.ledger import EVENT_ALLOC, EVENT_FREE, KIND_DEVICE, PHASE_COMPLETED, PHASE_REQUESTED
 
 NAME = "numba"
@@ -66,7 +66,7 @@ def make_manager_class(base: type, writer: LedgerWriter) -> type:
             if addr is None:
                 return mem
             writer.record(EVENT_ALLOC, NAME, address=addr, size=int(size), kind=KIND_DEVICE,
-                          stack=python_stack())
+                          stack=writer.stack() if writer.alloc_stacks else None)
             # The pointer numba hands out is an owner of the allocation; its free() runs when the
             # last array using it goes away (Python-level free; the driver free is queued).
             target = getattr(mem, "_mem", mem)
@@ -76,7 +76,8 @@ def make_manager_class(base: type, writer: LedgerWriter) -> type:
                 if not getattr(target, "_faulthunt_freed", False):
                     target._faulthunt_freed = True
                     writer.record(EVENT_FREE, NAME, address=addr, kind=KIND_DEVICE,
-                                  phase=PHASE_REQUESTED, stack=python_stack())
+                                  phase=PHASE_REQUESTED,
+                                  stack=writer.stack() if writer.all_stacks else None)
                 return orig_free()
 
             try:

@@ -3,6 +3,11 @@
 - GPU: an allocation-heavy loop (allocate, launch, free, 3000 times; CuPy and numba) with the
   ledger ``auto`` against the same loop with it off, each in a fresh process, timed inside it
   (scripts/gpu/ledger_probe.py loop). Without a GPU the row says where it was measured instead.
+- CPU: the CUPTI callback path of one alloc+launch iteration (four driver-API callbacks) against a
+  constructed CUPTI stand-in whose forced flush is free: default policy (flush rate-limited,
+  stacks on allocations) vs the first H200 run's (flush before every launch after an allocation,
+  stacks on launches too). The note gives the forced-flush counts: each costs ~1 ms on the H200,
+  which this CPU-only row cannot show.
 - CPU: the writer's cost per record (time, pid, test, source, one O_APPEND write) against the bare
   minimum of a crash-safe JSONL line (json.dumps + os.write).
 """
@@ -73,4 +78,111 @@ def writer_per_record(quick: bool) -> Row:
                o, b, "-", note="per record: t, t_mono, pid, test, source, one O_APPEND write")
 
 
-ROWS = [gpu_alloc_loop, writer_per_record]
+class _FreeFlushCupti:
+    """Just enough of cupti-python 13.0 for CuptiSource, with free forced flushes (counted)."""
+
+    class ActivityMemoryOperationType:
+        ALLOCATION, RELEASE = 1, 2
+
+    class ActivityKind:
+        MEMORY2 = 49
+
+    class ApiCallbackSite:
+        API_ENTER, API_EXIT = 0, 1
+
+    class ActivityFlag:
+        FLUSH_FORCED = 1
+
+    class CallbackDomain:
+        DRIVER_API = 1
+
+    class Result:
+        ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
+
+    class driver_api_trace_cbid:
+        cuLaunchKernel, cuMemAlloc_v2, cuCtxSynchronize = 307, 34, 17
+
+    class cuptiError(Exception):
+        pass
+
+    SUBSCRIBER_PARAMS_SIZE = 32
+
+    class SubscriberParams:
+        ptr = 0
+
+    def __init__(self) -> None:
+        self.flushes = 0
+
+    def get_timestamp(self) -> int:
+        return 0
+
+    def activity_register_callbacks(self, req, done) -> None:
+        pass
+
+    def activity_enable(self, kind) -> None:
+        pass
+
+    def activity_disable(self, kind) -> None:
+        pass
+
+    def activity_flush_all(self, flag) -> None:
+        self.flushes += 1
+
+    def subscribe_v2(self, cb, userdata, ptr) -> int:
+        self.cb = cb
+        return 1
+
+    def enable_callback(self, *a) -> None:
+        pass
+
+    def unsubscribe(self, sub) -> None:
+        pass
+
+
+def cupti_callback_path(quick: bool) -> Row:
+    from types import SimpleNamespace
+
+    from faulthunt.ledger import cupti_source
+    from faulthunt.ledger.writer import LedgerWriter
+
+    n = 2000 if quick else 20_000
+    calls = [SimpleNamespace(callback_site=site, correlation_id=7, function_name=fn, symbol_name=sym)
+             for fn, sym in (("cuMemAlloc_v2", None), ("cuLaunchKernel", "_Z4fillPf")) for site in (0, 1)]
+    cbids = (34, 34, 307, 307)
+    flushes: dict[str, int] = {}
+
+    def run(policy: str, stacks: str, d: str) -> None:
+        fake = _FreeFlushCupti()
+        real_import = cupti_source._import
+        old = {k: os.environ.get(k) for k in (cupti_source.FLUSH_ENV, "FAULTHUNT_LEDGER_STACKS")}
+        os.environ[cupti_source.FLUSH_ENV] = policy
+        cupti_source._import = lambda: fake
+        try:
+            w = LedgerWriter(d, stacks=stacks)
+            src = cupti_source.start(w)
+            src._stop.set()
+            cb = fake.cb
+            for _ in range(n):
+                for cbid, data in zip(cbids, calls):
+                    cb(None, 1, cbid, data)
+            src.pending.clear()
+            w.close()
+        finally:
+            cupti_source._import = real_import
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        flushes[policy] = fake.flushes
+
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        o, b = side_by_side(lambda: run("sync", "alloc", d1), lambda: run("launch", "all", d2), repeat=3)
+    return Row(f"ledger CUPTI callbacks: {n:,} alloc+launch iterations (stand-in CUPTI)",
+               "default (rate-limited flush, alloc stacks)", "round-1 (flush per launch, all stacks)",
+               o, b, "-", note=f"forced flushes: {flushes.get('sync')} vs {flushes.get('launch')} "
+                               f"(~1 ms each on the H200, not in these times); per iteration "
+                               f"{o / n * 1e6:.1f} us vs {b / n * 1e6:.1f} us")
+
+
+ROWS = [gpu_alloc_loop, cupti_callback_path, writer_per_record]
