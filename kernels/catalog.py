@@ -293,7 +293,10 @@ CATALOG: tuple[PlantedFault, ...] = (
             sanitizer="memcheck reports the failing API call: `Program hit "
                       "CUDA_ERROR_NO_BINARY_FOR_GPU (error 209)`",
             xid="none",
-            plain_error="CUDA_ERROR_NO_BINARY_FOR_GPU", tool="memcheck", tool_options=(),
+            # faulthunt sanitize passes --report-api-errors no by default (API noise), which
+            # hides exactly this evidence: the H200's first validation run showed 0 findings
+            plain_error="CUDA_ERROR_NO_BINARY_FOR_GPU", tool="memcheck",
+            tool_options=("--report-api-errors", "explicit"),
             sanitizer_line="CUDA_ERROR_NO_BINARY_FOR_GPU", xids=(),
             cpu="not visible without a GPU driver (no module loader): skipped on CPU; "
                 "tests/test_kernels*.py checks with NVRTC that the module holds only sm_75 SASS",
@@ -307,7 +310,9 @@ CATALOG: tuple[PlantedFault, ...] = (
         bug="the kernel spins on a flag in mapped pinned memory; the host forgets to release it, "
             "so the kernel runs until its hard clock bound (globaltimer, 6 s; clock64 cap as a "
             "second guard) and reports that it timed out",
-        twin="a host thread releases the flag 50 ms after the launch; the kernel ends at once",
+        twin="the host releases the flag before the launch (under faulthunt stress's "
+             "CUDA_LAUNCH_BLOCKING=1 the launch itself blocks, so a later release would never "
+             "come); the kernel ends at once",
         evidence=Evidence(
             plain="the test takes the whole clock bound (6 s) and fails `kernel hit its clock "
                   "bound`; with `faulthunt stress --timeout` below 6 s it is reported hung, with "

@@ -363,4 +363,10 @@ def run(name: str, variant: str = BUG) -> Check:
     why = available()
     if why is not None:
         raise Unavailable(why)
+    # Initialise the driver and make GPU 0's primary context current BEFORE any raw driver call:
+    # most runners start with cuMemAlloc, which on a process with no cuInit/current context fails
+    # with CUDA_ERROR_NOT_INITIALIZED (3). The bundled suite hid this (its sessionstart compiles
+    # planted.cu, which goes through device()); a fresh `python -m faulthunt.kernels.runner`, plain
+    # or under compute-sanitizer, did not (first H200 validation run, 2026-12-02).
+    device()
     return RUNNERS[name](variant)

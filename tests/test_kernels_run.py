@@ -237,3 +237,30 @@ def test_parse_result_never_raises_on_junk(text: str) -> None:
        st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), max_size=30))
 def test_parse_result_round_trips_after_any_noise(record: dict, noise: str) -> None:
     assert parse_result(f"{noise}\nFAULTHUNT-KERNEL-RESULT {json.dumps(record)}\n") == record
+
+
+def test_cuda_run_makes_a_context_current_before_any_driver_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The H200's first validation run: every cuda runner that began with cuMemAlloc died with
+    CUDA_ERROR_NOT_INITIALIZED in a fresh process (only the pytest suite's sessionstart had made a
+    context current). run() must set GPU 0 current before the planted code's first driver call."""
+    from faulthunt.kernels import cuda_faults
+
+    order: list[str] = []
+
+    class FakeDevice:
+        def __init__(self, n: int) -> None:
+            order.append(f"Device({n})")
+
+        def set_current(self) -> None:
+            order.append("set_current")
+
+    monkeypatch.setattr(cuda_faults, "Device", FakeDevice)
+    monkeypatch.setattr(cuda_faults, "cu", object())
+    monkeypatch.setitem(cuda_faults.RUNNERS, "oob_write",
+                        lambda variant: order.append(f"runner {variant}") or cuda_faults.Check(True, "ok"))
+    cuda_faults.device.cache_clear()
+    try:
+        assert cuda_faults.run("oob_write", "bug").correct
+    finally:
+        cuda_faults.device.cache_clear()
+    assert order == ["Device(0)", "set_current", "runner bug"]
