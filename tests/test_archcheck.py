@@ -176,3 +176,128 @@ def test_listing_roundtrip_and_verdict_consistency(members, major, minor) -> Non
     assert (cov.verdict == "native") is native
     if members and not native:
         assert cov.verdict == "cannot_run" and cov.message.endswith("cannot run its kernels")
+
+
+# --- listings cuobjdump cannot see whole (cuFFT) -------------------------------------------------
+
+import json as _json  # noqa: E402
+import struct  # noqa: E402
+
+from faulthunt.archcheck import EmbeddedFatbins, Visibility, listing_gaps, scan_fatbins  # noqa: E402
+
+CUFFT_SCAN = _json.loads((LOCAL / "libcufft12_scan.json").read_text())
+
+
+def _embedded(name: str) -> EmbeddedFatbins:
+    e = CUFFT_SCAN[name]["embedded"]
+    return EmbeddedFatbins(e["fatbins"], tuple(parse_arch(a) for a in e["sass"]),
+                           tuple(parse_arch(a) for a in e["ptx"]))
+
+
+def _readelf_section(name: str) -> tuple[int, int]:
+    # "  [15] .nv_fatbin  PROGBITS  00000000004cbd50 4cbd50 0002a0 00 A 0 0 8"
+    for line in (LOCAL / "libcufft12_readelf_S.txt").read_text().splitlines():
+        parts = line.replace("[ ", "[").split()
+        if len(parts) > 5 and parts[1] == name:
+            return int(parts[4], 16), int(parts[5], 16)
+    raise AssertionError(name)
+
+
+def cufft_listings() -> tuple:  # type: ignore[type-arg]
+    return (listing(H200 / "cuobjdump_elf_libcufft.so.12.txt", "elf"),
+            listing(H200 / "cuobjdump_ptx_libcufft.so.12.txt", "ptx"))
+
+
+def test_local_cufft_wheel_lists_what_the_h200_listed() -> None:
+    # The wheel scanned here is the same cuFFT: cuobjdump 13.5 lists the same single stub cubin.
+    assert listing(LOCAL / "libcufft12_elf.txt", "elf").arch_set == cufft_listings()[0].arch_set
+    assert listing(LOCAL / "libcufft12_ptx.txt", "ptx").none_of_kind
+    # and the scanner, run inside .nv_fatbin, finds exactly what cuobjdump lists
+    assert CUFFT_SCAN["libcufft.so.12"]["nv_fatbin_scan"]["sass"] == ["sm_75"]
+    assert CUFFT_SCAN["libcufft.so.12"]["nv_fatbin"] == list(_readelf_section(".nv_fatbin"))
+
+
+def test_cufft_on_the_h200_is_unseen_not_a_problem() -> None:
+    elf, ptx = cufft_listings()
+    size = int((LOCAL / "libcufft12_sizes.txt").read_text().split()[0])
+    vis = Visibility(_readelf_section(".nv_fatbin")[1], size, _embedded("libcufft.so.12"))
+    cov = check_coverage("libcufft", elf, ptx, Arch(9, 0), vis)
+    assert cov.verdict == "unseen" and not cov.problem
+    assert "cannot see all of this library's kernels" in cov.message and "\n" not in cov.message
+    assert ".nv_fatbin is 672 bytes" in cov.message and "sm_75..sm_120" in cov.message
+    assert cov.fix and "check for real" in cov.fix and "--pid" in cov.fix
+    assert cov.to_json()["visibility"]["embedded_fatbins"]["sass"][5] == "sm_90"
+
+
+def test_cufft_on_a_v100_stays_a_problem_when_the_scan_shows_nothing_for_it() -> None:
+    # cuFFT 12 (CUDA 13) dropped Volta: the embedded fatbins start at sm_75 too.
+    elf, ptx = cufft_listings()
+    vis = Visibility(672, 286542352, _embedded("libcufft.so.12"))
+    cov = check_coverage("libcufft", elf, ptx, Arch(7, 0), vis)
+    assert cov.verdict == "cannot_run" and cov.problem
+    assert "outside .nv_fatbin only sm_75..sm_120" in cov.message
+
+
+def test_cufft_without_a_scan_is_unseen_by_name() -> None:
+    # --cc on another machine, or an unreadable file: the name list still prevents the false problem.
+    elf, ptx = cufft_listings()
+    for lib in ("libcufft", "libcufftw"):
+        assert check_coverage(lib, elf, ptx, Arch(9, 0)).verdict == "unseen"
+    assert check_coverage("libother", elf, ptx, Arch(9, 0)).verdict == "cannot_run"
+
+
+def test_neighbours_reveal_a_stub_listing() -> None:
+    elf, ptx = cufft_listings()
+    release = tuple(parse_arch(a) for a in ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"))
+    reasons = listing_gaps("libx", elf.arch_set, Arch(9, 0), Visibility(release_sass=release))
+    assert reasons == ["the other libraries beside it cover sm_75..sm_120"]
+    # a device the whole release does not cover keeps the plain verdict
+    assert listing_gaps("libx", elf.arch_set, Arch(7, 0), Visibility(release_sass=release)) == []
+
+
+def test_cudnn_on_a_v100_keeps_its_one_line_problem_even_with_visibility() -> None:
+    elf = listing(H200 / "cuobjdump_elf_libcudnn_cnn.so.9.txt", "elf")
+    ptx = listing(H200 / "cuobjdump_ptx_libcudnn_cnn.so.9.txt", "ptx")
+    vis = Visibility(40 << 20, 600 << 20, EmbeddedFatbins(0, (), ()),
+                     tuple(parse_arch(a) for a in ("sm_75", "sm_80", "sm_90a", "sm_120")))
+    cov = check_coverage("libcudnn_cnn", elf, ptx, parse_arch("7.0"), vis)
+    assert cov.verdict == "cannot_run" and cov.problem
+    assert cov.message == ("libcudnn_cnn has SASS for sm_75..sm_121 and PTX only for sm_121: "
+                           "this sm_70 device cannot run its kernels")
+
+
+def _fatbin(entries: list[tuple[int, int, bytes]]) -> bytes:
+    """A fatbin container: entries of (kind 1=PTX/2=ELF, arch number, payload)."""
+    body = b""
+    for kind, arch, payload in entries:
+        head = struct.pack("<HHIQ", kind, 0x101, 64, len(payload)) + b"\0" * 12 + struct.pack("<I", arch)
+        body += head.ljust(64, b"\0") + payload
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+@pytest.mark.parametrize("blob,fatbins,sass,ptx", [
+    (b"", 0, [], []),
+    (_fatbin([(2, 90, b"x" * 10)]), 1, ["sm_90"], []),
+    (b"junk" + _fatbin([(2, 75, b"a"), (1, 80, b"b")]) + b"more" + _fatbin([(2, 120, b"")]), 2,
+     ["sm_75", "sm_120"], ["sm_80"]),
+    (_fatbin([(2, 90, b"x" * 10)])[:-5], 0, [], []),                # truncated: size runs past the end
+    (struct.pack("<IHHQ", 0xBA55ED50, 1, 99, 8) + b"\0" * 8, 0, [], []),  # wrong header size
+    (_fatbin([(7, 90, b"x")]), 0, [], []),                           # unknown entry kind
+    (_fatbin([(2, 5, b"x")]), 0, [], []),                            # arch number out of range
+])
+def test_scan_fatbins_table(blob: bytes, fatbins: int, sass: list[str], ptx: list[str]) -> None:
+    found = scan_fatbins(blob)
+    assert found.fatbins == fatbins
+    assert [a.name for a in found.sass] == sass and [a.name for a in found.ptx] == ptx
+
+
+def test_scan_fatbins_skips_the_registered_section() -> None:
+    stub = _fatbin([(2, 75, b"s")])
+    blob = b"\0" * 32 + stub + _fatbin([(2, 90, b"k")])
+    assert scan_fatbins(blob, skip=(32, len(stub))).sass == (Arch(9, 0),)
+
+
+@given(st.binary(max_size=4096))
+def test_scan_fatbins_never_raises(data: bytes) -> None:
+    found = scan_fatbins(b"\x50\xed\x55\xba" + data)
+    assert found.fatbins >= 0
