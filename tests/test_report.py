@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,69 @@ def test_markdown_golden() -> None:
     if os.environ.get("FAULTHUNT_REGEN_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+H200 = DATA / "h200_stress_run"
+
+
+def test_h200_markdown_golden() -> None:
+    """The real H200 Xid 31 run (tests/data/report/PROVENANCE.md) renders to its golden report."""
+    text = render(build_model(H200), "md")
+    golden = DATA / "h200_report.md"
+    if os.environ.get("FAULTHUNT_REGEN_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def test_h200_evidence_and_environment() -> None:
+    m = build_model(H200)
+    assert m.headline.startswith("fails 4 of 6 workers on their second, fourth, seventh or 17th test (4 failed)")
+    assert [x["xid"] for x in m.xids] == [31] * 5
+    assert all(x["engine"] == "GRAPHICS" for x in m.xids)
+    assert all(f["device"] == "0 (from Xid)" for f in m.failures)
+    e = m.environment
+    assert e["driver"] == "580.159.04" and e["driver_module"] == "open" and e["cuda"] == "13.0"
+    assert e["gpus"][0]["name"] == "NVIDIA H200" and e["gpus"][0]["cc"] == "9.0"
+    assert e["packages"]["cupy-cuda13x"] == "14.2.0"
+    assert m.reproduce.startswith("faulthunt stress -n 4 --count 20")
+    env_md = render(m, "md").split("## Environment")[1].split("## What to try next")[0]
+    assert "| - |" not in env_md
+    assert "580.159.04 (open kernel module)" in env_md and "NVIDIA H200 (cc 9.0, 140 GiB" in env_md
+
+
+@pytest.mark.slow
+def test_h200_report_command_all_formats(tmp_path: Path) -> None:
+    """`faulthunt report --run DIR --format all` on the real run writes all three files."""
+    run = tmp_path / "run"
+    shutil.copytree(H200, run)
+    p = subprocess.run([sys.executable, "-m", "faulthunt", "report", "--run", str(run), "--format", "all"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (run / "report.md").read_text() == (DATA / "h200_report.md").read_text()
+    doc = json.loads((run / "report.json").read_text())
+    assert doc["rate"]["failures"] == 4 and doc["rate"]["runs"] == 40
+    assert "<svg" in (run / "report.html").read_text()
+
+
+@pytest.mark.parametrize("positions, plural, want", [
+    ([1], False, " on its first test"),
+    ([2, 1], False, " on its first or second test"),
+    ([2, 4, 7, 17], True, " on their second, fourth, seventh or 17th test"),
+    ([1, 2, 3, 21, 22, 112], True, " anywhere from their first to their 112th test"),
+    ([], False, ""),
+])
+def test_position_text(positions, plural, want) -> None:
+    from faulthunt.report.model import _position_text
+    assert _position_text(positions, plural) == want
+
+
+@pytest.mark.parametrize("procs, bad, want", [
+    (8, 1, ("1 worker in 8", False)), (16, 2, ("1 worker in 8", False)),
+    (6, 4, ("4 of 6 workers", True)), (4, 3, ("3 of 4 workers", True)), (4, 4, ("4 of 4 workers", True)),
+])
+def test_who(procs, bad, want) -> None:
+    from faulthunt.report.model import _who
+    assert _who(procs, bad) == want
 
 
 def test_headline_and_evidence() -> None:

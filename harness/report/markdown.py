@@ -83,10 +83,21 @@ def render(model: ReportModel) -> str:
                 L += [f"No stack: {h.get('why_no_stack')}", ""]
     e = model.environment
     L += ["## Environment", ""]
-    rows = [["host", e.get("host")], ["OS", e.get("os")], ["kernel", e.get("kernel")],
-            ["python", e.get("python")], ["driver", e.get("driver")], ["CUDA (driver)", e.get("cuda")]]
+    driver = e.get("driver")
+    if driver and e.get("driver_module"):
+        driver = f"{driver} ({e['driver_module']} kernel module)"
+    rows = [["host", e.get("host")], ["OS", e.get("os")],
+            ["kernel", " ".join(filter(None, [e.get("kernel"), e.get("machine")])) or None],
+            ["python", e.get("python")], ["faulthunt", e.get("faulthunt")],
+            ["driver", driver], ["CUDA (driver)", e.get("cuda")]]
     for g in e.get("gpus") or []:
-        rows.append([f"GPU {g.get('index')}", f"{g.get('name')} (cc {g.get('cc')}, {g.get('pci')})"])
+        mem = g.get("memory_total")
+        bits = [f"cc {g.get('cc')}" if g.get("cc") else None,
+                f"{mem / 2**30:.0f} GiB" if isinstance(mem, (int, float)) and mem > 0 else None,
+                g.get("pci"), g.get("uuid")]
+        rows.append([f"GPU {g.get('index')}", f"{g.get('name')} ({', '.join(b for b in bits if b)})"])
+    if not e.get("gpus"):
+        rows.append(["GPU", f"none recorded: {e['gpu_note']}" if e.get("gpu_note") else None])
     for name, ver in (e.get("packages") or {}).items():
         rows.append([name, ver])
     L += _table(["what", "value"], rows)

@@ -123,7 +123,8 @@ def _reproduce(run: Mapping[str, Any]) -> str | None:
     argv = run.get("argv")
     if isinstance(argv, list) and argv:
         parts = [str(a) for a in argv]
-        if parts and parts[0].endswith("faulthunt"):
+        # `python -m faulthunt` records argv[0] as the path of harness/__main__.py
+        if parts and (parts[0].endswith("faulthunt") or parts[0].endswith("__main__.py")):
             parts[0] = "faulthunt"
         return " ".join(shlex.quote(p) for p in parts)
     args = run.get("pytest_args")
@@ -132,20 +133,40 @@ def _reproduce(run: Mapping[str, Any]) -> str | None:
     return None
 
 
+_WORDS = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth", 6: "sixth", 7: "seventh",
+          8: "eighth", 9: "ninth", 10: "tenth"}
+
+
 def _ordinal(n: int) -> str:
-    return {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}.get(n, f"{n}th")
+    """'second', '17th', '21st', '112th'."""
+    if n in _WORDS:
+        return _WORDS[n]
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
-def _position_text(positions: Sequence[int]) -> str:
-    """'on its first or second test' from the positions (1-based) at which workers failed."""
+def _position_text(positions: Sequence[int], plural: bool = False) -> str:
+    """' on its first or second test' from the positions (1-based) at which workers failed.
+
+    ``plural``: several workers are the subject ("4 of 6 workers on their ...").
+    """
     uniq = sorted(set(positions))
     if not uniq:
         return ""
-    if len(uniq) == 1:
-        return f" on its {_ordinal(uniq[0])} test"
-    if len(uniq) == 2:
-        return f" on its {_ordinal(uniq[0])} or {_ordinal(uniq[1])} test"
-    return f" between its {_ordinal(uniq[0])} and {_ordinal(uniq[-1])} test"
+    its = "their" if plural else "its"
+    words = [_ordinal(p) for p in uniq]
+    if len(words) == 1:
+        return f" on {its} {words[0]} test"
+    if len(words) <= 4:
+        return f" on {its} {', '.join(words[:-1])} or {words[-1]} test"
+    return f" anywhere from {its} {words[0]} to {its} {words[-1]} test"
+
+
+def _who(procs: int, bad_procs: int) -> tuple[str, bool]:
+    """'1 worker in 8' when that is exact, else '4 of 6 workers'; and whether the subject is plural."""
+    if bad_procs == 1 or (procs % bad_procs == 0 and procs // bad_procs >= 2):
+        return f"1 worker in {procs // bad_procs}", False
+    return f"{bad_procs} of {procs} workers", True
 
 
 def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str, Any]],
@@ -301,10 +322,9 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     verb = "crashes" if outcomes and set(outcomes) == {"crashed"} else ("hangs" if outcomes and set(outcomes) == {"hung"} else "fails")
     rate_text = f"{nfail} of {runs} runs failed, 95% interval {_pct(lo)}-{_pct(hi)}" if runs else "no test ran"
     if bad_procs and procs:
-        who = (f"1 worker in {round(procs / bad_procs)}" if procs / bad_procs >= 1.5
-               else f"{bad_procs} of {procs} workers")
+        who, plural = _who(procs, bad_procs)
         kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items()))
-        headline = (f"{verb} {who}{_position_text(positions)} ({kinds}); "
+        headline = (f"{verb} {who}{_position_text(positions, plural)} ({kinds}); "
                     f"{nfail} of {runs} runs, 95% interval {_pct(lo)}-{_pct(hi)}")
     else:
         headline = rate_text
@@ -326,12 +346,26 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                                                               or "no dump file in the run directory")})
     findings = list((sanitizer or {}).get("findings") or [])
     gpus = identity.get("gpus") or []
+    # keys as faulthunt.identity.collect_basic() writes them (docs/rundir.md identity.json)
     env = {"host": identity.get("host"), "os": identity.get("os"), "kernel": identity.get("kernel"),
-           "python": identity.get("python"),
-           "gpus": [{k: g.get(k) for k in ("index", "name", "pci", "cc", "driver")} for g in gpus],
-           "driver": identity.get("driver") or next((g.get("driver") for g in gpus if g.get("driver")), None),
+           "machine": identity.get("machine"), "python": identity.get("python"),
+           "faulthunt": identity.get("faulthunt"),
+           "gpus": [{k: g.get(k) for k in ("index", "name", "uuid", "pci", "cc", "driver", "memory_total")}
+                    for g in gpus if isinstance(g, Mapping)],
+           "gpu_note": identity.get("gpu_note"),
+           "driver": identity.get("driver") or next((g.get("driver") for g in gpus
+                                                     if isinstance(g, Mapping) and g.get("driver")), None),
+           "driver_module": identity.get("driver_module"),
            "cuda": identity.get("cuda_driver") or identity.get("cuda"),
            "packages": dict(sorted((identity.get("packages") or {}).items()))}
+    # a failure with no CUDA_VISIBLE_DEVICES has no device of its own; the Xid attributed to
+    # the same process says which GPU faulted
+    for f in failures:
+        if f.get("device") is None and f.get("pid") is not None:
+            x = next((x for x in (summary.get("xids") or xids) if x.get("pid") == f.get("pid")
+                      and x.get("device") is not None and x.get("nodeid") in (None, f.get("nodeid"))), None)
+            if x is not None:
+                f["device"] = f"{x['device']} (from Xid)"
     ts = [s[k] for lane in lanes for s in lane.spans for k in ("t0", "t1") if isinstance(s.get(k), (int, float))]
     ts += [m["t"] for lane in lanes for m in lane.markers if isinstance(m.get("t"), (int, float))]
     return ReportModel(

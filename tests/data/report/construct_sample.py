@@ -31,10 +31,12 @@ def main():
       "--count", "5", "tests/test_k.py"], "pytest_args": ["tests/test_k.py"], "cwd": "/src/lib",
       "started": T0, "ended": T0 + 9.0, "faulthunt_version": "0.1.0", "exit_status": 1,
       "pytest_exit_status": 1, "options": {"workers": 4, "count": 5}})
+    # the keys of faulthunt.identity.collect_basic()
     w(HERE / "identity.json", {"host": "h200-node", "os": "Ubuntu 24.04.3 LTS", "kernel": "6.8.0-88-generic",
-      "python": "3.11.14", "driver": "580.159.04", "cuda_driver": "13.0",
+      "machine": "x86_64", "python": "3.11.14", "faulthunt": "0.1.0", "nvml": True, "gpu_note": None,
+      "driver": "580.159.04", "driver_module": "open", "cuda_driver": "13.0",
       "gpus": [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-0c1d", "pci": "0000:00:06.0", "cc": "9.0",
-                "driver": "580.159.04"}],
+                "driver": "580.159.04", "memory_total": 150754820096}],
       "packages": {"numba": "0.62.1", "numba-cuda": "0.20.0", "cupy-cuda13x": "13.6.0", "pytest": "8.4.2"}})
     failures, xids, controller = [], [], []
     controller.append({"event": "session_start", "pid": 4200, "argv": ["pytest"], "xdist": True, "t": T0, "t_mono": M0})
