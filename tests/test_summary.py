@@ -332,3 +332,23 @@ def test_h200_stress_run_capture(data_dir):
     recorded = json.loads((run / "summary.json").read_text())
     assert [(x["nodeid"], x["worker"]) for x in recorded["xids"] if x["xid"] == 31] == [
         (x["nodeid"], x["worker"]) for x in x31]
+
+
+def test_h200_run_terminal_reads_the_application(data_dir):
+    """The end-of-run text for the H200 capture names the test, not the device, and says that one
+    GPU cannot tell same-GPU from spread."""
+    import io
+
+    from rich.console import Console
+
+    from faulthunt.stress import render_summary
+
+    run = data_dir / "stress" / "h200_run"
+    if not (run / "summary.json").exists():
+        pytest.skip("H200 stress capture not committed yet (scripts/gpu/stress_xid.sh)")
+    buf = io.StringIO()
+    render_summary(summarize_run(run), run, Console(file=buf, width=400))
+    text = buf.getvalue()
+    assert "only one GPU: same-GPU vs spread cannot be told apart" in text
+    assert "follows that test (application)" in text and "hardware" not in text
+    assert "4 of 20" in text and "1 Xid(s) not attributed" in text

@@ -8,7 +8,9 @@ summary. Goal: under 5% overhead.
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -37,14 +39,22 @@ def stress_overhead(quick: bool) -> Row:
     tmp = Path(tempfile.mkdtemp(prefix="faulthunt-bench-stress-"))
     try:
         (tmp / "test_bench_suite.py").write_text(SUITE)
-        common = ["-p", "no:cacheprovider", "-q"]
+        common = ["-p", "no:cacheprovider", "-p", "no:benchmark", "-q"]
         runs = tmp / "runs"
 
         def ours() -> None:
-            run_cmd([sys.executable, "-m", "faulthunt", "stress", "-n", str(workers),
-                     "--count", str(count), "-q", "--run-dir",
-                     str(runs / f"r{len(list(runs.glob('*'))) if runs.exists() else 0}"),
-                     "test_bench_suite.py", "--", *common], cwd=tmp)
+            run = runs / f"r{len(list(runs.glob('*'))) if runs.exists() else 0}"
+            proc = subprocess.run(
+                [sys.executable, "-m", "faulthunt", "stress", "-n", str(workers), "--count",
+                 str(count), "-q", "--run-dir", str(run), "test_bench_suite.py", "--", *common],
+                cwd=tmp, stdout=subprocess.DEVNULL, check=False)
+            # Exit 1 with every test passed means the kernel log showed an Xid during the run:
+            # on a shared machine another process's (other tests inject Xid lines into
+            # /dev/kmsg here). The run did the full work, so its time counts; anything else fails.
+            summary = json.loads((run / "summary.json").read_text()) if proc.returncode == 1 else {}
+            if proc.returncode != 0 and (summary.get("failures") or
+                                         summary.get("tests_run") != 11 * count):
+                raise subprocess.CalledProcessError(proc.returncode, proc.args)
 
         def baseline() -> None:
             run_cmd([sys.executable, "-m", "pytest", "-n", str(workers), "--count", str(count),
