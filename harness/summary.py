@@ -307,7 +307,7 @@ def xid_spread(xids: Iterable[Mapping[str, Any]], gpus_visible: int | None = Non
                 " behind them; hardware vs application needs another GPU or machine")
         elif len(devices) == 1:
             verdict, reading = "same_gpu", (
-                f"repeats on one GPU from {len(tests)} different tests"
+                f"repeats on one GPU from {len(tests)} test(s) of the run"
                 + (f" and {outside} other process(es)" if outside else "")
                 + ": suspect that device (hardware)")
         else:

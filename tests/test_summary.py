@@ -352,3 +352,23 @@ def test_h200_run_terminal_reads_the_application(data_dir):
     assert "only one GPU: same-GPU vs spread cannot be told apart" in text
     assert "follows that test (application)" in text and "hardware" not in text
     assert "4 of 20" in text and "1 Xid(s) not attributed" in text
+
+
+@given(st.lists(st.fixed_dictionaries({
+    "xid": st.sampled_from([13, 31, 43, None]),
+    "device": st.one_of(st.none(), st.sampled_from(["0", "1", "2"])),
+    "base_nodeid": st.one_of(st.none(), st.sampled_from(["t::a", "t::b"])),
+    "pid": st.one_of(st.none(), st.integers(1, 5))}), max_size=30),
+    st.one_of(st.none(), st.integers(0, 4)))
+def test_xid_spread_fuzz(xids, gpus):
+    rows = xid_spread(xids, gpus)
+    assert sum(r["count"] for r in rows) == len(xids)
+    for r in rows:
+        assert r["verdict"] in {"single", "spread", "one_test", "same_gpu", "one_gpu",
+                                "unknown_device"}
+        assert 0 <= r["outside"] <= r["count"] and r["reading"]
+        # the hardware reading needs more than one application behind the Xids
+        if r["verdict"] == "same_gpu":
+            assert len(r["tests"]) + (1 if r["outside"] else 0) >= 2 or not r["tests"]
+        if gpus == 1 and r["verdict"] != "single":
+            assert r["reading"].startswith("only one GPU")
