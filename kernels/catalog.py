@@ -290,7 +290,7 @@ CATALOG: tuple[PlantedFault, ...] = (
         twin="the module is built for the device's own architecture",
         evidence=Evidence(
             plain="CUDA_ERROR_NO_BINARY_FOR_GPU (209) when the module is loaded; not sticky",
-            sanitizer="memcheck reports the failing API call: `Program hit "
+            sanitizer="memcheck --report-api-errors explicit reports the failing API call: `Program hit "
                       "CUDA_ERROR_NO_BINARY_FOR_GPU (error 209)`",
             xid="none",
             # faulthunt sanitize passes --report-api-errors no by default (API noise), which
