@@ -129,9 +129,11 @@ class _Byte:
     container: Life | None = None
     below: Life | None = None
     above: Life | None = None
+    #: for ``freed`` outside the freed allocation's bytes: where the address is relative to it
+    detail: str | None = None
 
-    def key(self) -> tuple[str, int]:
-        return (self.verdict, id(self.life))
+    def key(self) -> tuple[str, int, str | None]:
+        return (self.verdict, id(self.life), self.detail)
 
 
 def _smallest(lives: list[Life]) -> Life:
@@ -189,11 +191,66 @@ def _classify(pl: PidLedger, a: int, at: float) -> _Byte:
     d_above = above.address - a if above is not None else None
     near_below = below is not None and d_below is not None and d_below < _reach(below)
     near_above = above is not None and d_above is not None and d_above <= _reach(above)
-    if near_below and (not near_above or (d_below or 0) < (d_above or 0)):
-        return _Byte("past_end", below, None, below, above)
+    # Freed neighbours: an overrun of an allocation that was freed by `at` (at the end of a ledger
+    # every allocation of a process that exited cleanly is freed) is a use of freed memory; it is
+    # named "freed" with where it lies, never "unmapped" with no neighbours.
+    fbelow, fabove = _nearest_any(pl, a, at)
+    fd_below = a - fbelow.end if fbelow is not None and _freed_by(fbelow, at) else None
+    fd_above = fabove.address - a if fabove is not None and _freed_by(fabove, at) else None
+    cands: list[tuple[int, int, str, Life]] = []
+    if near_below:
+        cands.append((d_below or 0, 0, "past_end", below))  # type: ignore[arg-type]
     if near_above:
-        return _Byte("before_start", above, None, below, above)
-    return _Byte("unmapped", None, None, below, above)
+        cands.append((d_above or 0, 1, "before_start", above))  # type: ignore[arg-type]
+    if fd_below is not None and fd_below < _reach(fbelow):  # type: ignore[arg-type]
+        cands.append((fd_below, 2, "freed_past_end", fbelow))  # type: ignore[arg-type]
+    if fd_above is not None and fd_above <= _reach(fabove):  # type: ignore[arg-type]
+        cands.append((fd_above, 3, "freed_before_start", fabove))  # type: ignore[arg-type]
+    nb = below if below is not None else fbelow
+    na = above if above is not None else fabove
+    if cands:
+        _d, _o, what, life = min(cands, key=lambda c: (c[0], c[1]))
+        if what == "past_end":
+            return _Byte("past_end", life, None, nb, na)
+        if what == "before_start":
+            return _Byte("before_start", life, None, nb, na)
+        return _Byte("freed", life, None, nb, na, detail=what[len("freed_"):])
+    return _Byte("unmapped", None, None, nb, na)
+
+
+def _freed_by(life: Life, at: float) -> bool:
+    return life.t0 <= at and life.t1 is not None and life.t1 <= at
+
+
+def _detail_note(b: _Byte, lo: int, hi: int) -> str | None:
+    if not b.detail or b.life is None:
+        return None
+    lf = b.life
+    if b.detail == "past_end":
+        d = f"{lo - lf.end}" if lo == hi else f"{lo - lf.end}..{hi - lf.end}"
+        return f"{d} byte(s) past the end of the {lf.size}-byte allocation, which was freed by then"
+    d = f"{lf.address - hi}" if lo == hi else f"{lf.address - hi}..{lf.address - lo}"
+    return f"{d} byte(s) before the start of the {lf.size}-byte allocation, which was freed by then"
+
+
+def _nearest_any(pl: PidLedger, a: int, at: float) -> tuple[Life | None, Life | None]:
+    """Nearest allocations on both sides, freed ones included (begun by ``at``, else at any time)."""
+    out: list[Life | None] = []
+    for fn in ("nearest_below_any", "nearest_above_any"):
+        best: Life | None = None
+        for when in (at, float("inf")):
+            for index in (pl.containers, pl.blocks):
+                if not len(index):
+                    continue
+                got = getattr(index, fn)(a, when)
+                if got is None:
+                    continue
+                if best is None or (got.end > best.end if fn == "nearest_below_any" else got.address < best.address):
+                    best = got
+            if best is not None:
+                break
+        out.append(best)
+    return out[0], out[1]
 
 
 def _offset(b: _Byte, lo: int, hi: int) -> int | tuple[int, int] | None:
@@ -299,6 +356,9 @@ def _map_in_pid(pl: PidLedger, address: int, at: float | None, page: bool) -> Ve
         pieces = _pieces(pl, lo, hi, when)
         rank = {v: i for i, v in enumerate(_PAGE_PRIORITY)}
         plo, phi, main = min(pieces, key=lambda p: (rank[p[2].verdict], p[0]))
+        dn = _detail_note(main, plo, phi)
+        if dn:
+            notes.append(dn)
         if len(pieces) > 1:
             notes.append(f"the page spans {len(pieces)} verdicts; the likeliest is shown, all are in pieces")
         piece_json = []
@@ -319,6 +379,9 @@ def _map_in_pid(pl: PidLedger, address: int, at: float | None, page: bool) -> Ve
                        launches, since, pl.test_at(when), tuple(piece_json),
                        "; ".join(notes) or None)
     b = _classify(pl, address, when)
+    dn = _detail_note(b, address, address)
+    if dn:
+        notes.append(dn)
     below, above = _distances(b, address, address)
     return Verdict(address, False, pl.pid, when, b.verdict, b.life.to_json() if b.life else None,
                    _offset(b, address, address), b.container.to_json() if b.container else None,
@@ -400,7 +463,10 @@ def map_run(run_dir: Path) -> list[dict[str, Any]]:
 
     Xid pages are mapped against ``run_dir/ledger`` in the faulting pid at the Xid's time;
     sanitizer addresses against ``run_dir/sanitizer/run/ledger`` (the rerun's own processes) at the
-    last launch of the kernel the finding names. Writes ``run_dir/mapping.json`` and returns its
+    last launch of the kernel the finding names, else at the end of the finding's test span
+    (``sanitizer/run/events``). A finding the ledger cannot place (no ledger, or ``unmapped``) gets
+    a verdict from the sanitizer's own nearest-allocation line, marked ``basis: "sanitizer"``
+    (ledger verdicts carry ``basis: "ledger"``). Writes ``run_dir/mapping.json`` and returns its
     entries; an entry that cannot be mapped has ``verdict: null`` and a ``reason``.
     """
     from faulthunt.rundir import Layout, read_json, read_jsonl, write_json_atomic
@@ -415,9 +481,14 @@ def map_run(run_dir: Path) -> list[dict[str, Any]]:
         origin = {"origin": "xid", "xid": 31, "seq": rec.get("seq"), "ts": rec.get("ts"),
                   "raw": rec.get("raw"), "worker": rec.get("worker"),
                   "attributed_nodeid": rec.get("nodeid")}
-        out.append({**origin, **_map_one(ledger, mmu["address"], rec.get("pid"), rec, page=True)})
+        entry = _map_one(ledger, mmu["address"], rec.get("pid"), rec, page=True)
+        if entry.get("verdict") is not None:
+            entry["basis"] = "ledger"
+        out.append({**origin, **entry})
     san = read_json(run_dir / Layout.SANITIZER_DIR / "sanitizer.json", default=None)
-    san_ledger = _safe_load(run_dir / Layout.SANITIZER_DIR / "run" / Layout.LEDGER_DIR)
+    san_run = run_dir / Layout.SANITIZER_DIR / "run"
+    san_ledger = _safe_load(san_run / Layout.LEDGER_DIR)
+    spans = test_spans(san_run / "events")
     for f in (san or {}).get("findings", []) if isinstance(san, dict) else []:
         rng = f.get("address_range")
         if not (isinstance(rng, list) and rng and isinstance(rng[0], int)):
@@ -425,20 +496,107 @@ def map_run(run_dir: Path) -> list[dict[str, Any]]:
         origin = {"origin": "sanitizer", "kind": f.get("kind"), "kernel": f.get("kernel"),
                   "file": f.get("file"), "line": f.get("line"), "access": f.get("access"),
                   "size": f.get("size"), "address_range": rng, "attributed_nodeid": f.get("nodeid")}
+        nearest = f.get("nearest_allocation")
+        if not isinstance(nearest, dict):
+            ex = f.get("example")
+            nearest = ex.get("nearest_allocation") if isinstance(ex, dict) else None
         if san_ledger is None:
-            out.append({**origin, "address": hex(rng[0]), "verdict": None,
-                        "reason": "no ledger from the sanitizer rerun (sanitizer/run/ledger): "
-                                  "addresses under compute-sanitizer differ from the plain run's"})
-            continue
-        pid, at = _fault_time_kernel(san_ledger, f.get("kernel"))
-        entry = _map_one(san_ledger, rng[0], pid, None, page=False, at=at)
-        if at is None:
-            entry["time_basis"] = "the end of the ledger (the kernel's launch was not recorded)"
+            entry = {"address": hex(rng[0]), "verdict": None,
+                     "reason": "no ledger from the sanitizer rerun (sanitizer/run/ledger): "
+                               "addresses under compute-sanitizer differ from the plain run's"}
         else:
-            entry["time_basis"] = "the last recorded launch of the finding's kernel"
+            pid, at = _fault_time_kernel(san_ledger, f.get("kernel"))
+            basis_t = "the last recorded launch of the finding's kernel"
+            span = _span_of(spans, f.get("nodeid")) if at is None else None
+            if span is not None:
+                pid, at = span[0], span[2]
+                basis_t = "the end of the finding's test span (no launch of its kernel recorded)"
+            elif at is None:
+                basis_t = "the end of the ledger (the kernel's launch was not recorded)"
+            entry = _map_one(san_ledger, rng[0], pid, None, page=False, at=at)
+            entry["time_basis"] = basis_t
+            entry["basis"] = "ledger"
+        if entry.get("verdict") in (None, "unmapped"):
+            fb = sanitizer_verdict(rng[0], nearest)
+            if fb is not None:
+                fb["ledger_verdict"] = entry.get("verdict")
+                if entry.get("reason"):
+                    fb["ledger_reason"] = entry["reason"]
+                for k in ("pid", "at", "time_basis", "launches", "nodeid"):
+                    if k in entry:
+                        fb[k] = entry[k]
+                entry = fb
         out.append({**origin, **entry})
     write_json_atomic(run_dir / Layout.MAPPING, out)
     return out
+
+
+def test_spans(events_dir: Path) -> dict[str, tuple[int | None, float, float]]:
+    """nodeid -> (pid, start t, end t) of its last span in ``events_dir/*.jsonl`` (tolerant)."""
+    from faulthunt.rundir import read_jsonl
+
+    spans: dict[str, tuple[int | None, float, float]] = {}
+    starts: dict[tuple[Any, str], float] = {}
+    if not events_dir.is_dir():
+        return spans
+    for path in sorted(events_dir.glob("*.jsonl")):
+        for rec in read_jsonl(path).records:
+            node, t, ev = rec.get("nodeid"), rec.get("t"), rec.get("event")
+            if not isinstance(node, str) or not isinstance(t, (int, float)):
+                continue
+            pid = rec.get("pid") if isinstance(rec.get("pid"), int) else None
+            if ev == "start":
+                starts[(pid, node)] = float(t)
+            elif ev == "end":
+                spans[node] = (pid, starts.pop((pid, node), float(t)), float(t))
+    return spans
+
+
+def _span_of(spans: dict[str, tuple[int | None, float, float]], nodeid: Any) -> tuple[int | None, float, float] | None:
+    """The span of ``nodeid``: exact, else the one whose nodeid is a path suffix of it (the
+    sanitizer stage names tests by absolute path, the plugin relative to its rootdir)."""
+    if not isinstance(nodeid, str) or not spans:
+        return None
+    if nodeid in spans:
+        return spans[nodeid]
+    for node, span in spans.items():
+        if nodeid.endswith("/" + node) or node.endswith("/" + nodeid):
+            return span
+    return None
+
+
+def sanitizer_verdict(address: int, nearest: Any) -> dict[str, Any] | None:
+    """A verdict resting on compute-sanitizer's own "N bytes after/before the nearest allocation
+    at X of size S" line (``nearest``: the parsed ``{"base", "size", "relation", "distance"}``),
+    or None without one. Pure. Used when the ledger has nothing covering the address: under
+    compute-sanitizer CUPTI cannot subscribe (the sanitizer is the subscriber), so raw driver
+    allocations go unrecorded. ``basis: "sanitizer"`` says so; nearest is the sanitizer's
+    nearest, which may not be the allocation the kernel meant to touch.
+    """
+    if not isinstance(nearest, dict):
+        return None
+    base, size, rel = nearest.get("base"), nearest.get("size"), nearest.get("relation")
+    if not isinstance(base, int) or not isinstance(size, int) or rel not in ("after", "before"):
+        return None
+    end = base + size
+    alloc = {"address": base, "size": size, "end": end, "source": "compute-sanitizer", "freed": None}
+    if base <= address < end:
+        verdict = "inside"
+    elif rel == "after" and address >= end:
+        verdict = "past_end"
+    elif rel == "before" and address < base:
+        verdict = "before_start"
+    else:  # the line and the address disagree: say so rather than pick one
+        return {"address": hex(address), "address_int": address, "verdict": None, "basis": "sanitizer",
+                "reason": f"compute-sanitizer's nearest-allocation line ({rel} {hex(base)}+{size}) "
+                          "does not fit the address"}
+    off = address - base
+    return {"address": hex(address), "address_int": address, "page": False, "verdict": verdict,
+            "allocation": alloc, "offset": off, "container": None,
+            "nearest": {"below": None, "above": None}, "basis": "sanitizer",
+            "note": (f"from compute-sanitizer's nearest-allocation line ({nearest.get('distance')} bytes "
+                     f"{rel} the allocation at {hex(base)} of size {size}), not from the ledger, which "
+                     "had nothing covering this address (CUPTI cannot record under compute-sanitizer)")}
 
 
 def _map_one(ledger: Ledger | None, address: int, pid: Any, xid: dict[str, Any] | None, *,

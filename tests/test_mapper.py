@@ -343,6 +343,25 @@ def linear(records: list[dict[str, Any]], a: int, at: float) -> tuple[str, int |
              if lf[0] <= a < lf[0] + lf[1] and lf[3] is not None and lf[3] <= at]
     if freed:
         return "freed", max(freed, key=lambda lf: lf[3])[0]
+    # Not in any allocation: the nearest within reach (every one is, here) names it, live ones
+    # first on ties; a freed one (the newest life begun by `at` at its start) gives "freed".
+    newest = {}
+    for start, ls in lives.items():
+        begun = [lf for lf in ls if lf[2] <= at]
+        if begun:
+            newest[start] = begun[-1]
+    cands = []
+    for lf in newest.values():
+        end = lf[0] + lf[1]
+        is_live = lf[3] is None or lf[3] > at
+        if end <= a:
+            cands.append((a - end, 0 if is_live else 2, lf))
+        elif lf[0] > a:
+            cands.append((lf[0] - a, 1 if is_live else 3, lf))
+    if cands:
+        _d, rank, lf = min(cands, key=lambda c: (c[0], c[1]))
+        if rank >= 2:
+            return "freed", lf[0]
     return "other", None
 
 

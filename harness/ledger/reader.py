@@ -180,6 +180,33 @@ class LevelIndex:
             i += 1
         return None
 
+    def _begun_in_group(self, i: int, at: float) -> Life | None:
+        j = bisect.bisect_right(self.times[i], at) - 1
+        return self.groups[i][j] if j >= 0 else None
+
+    def nearest_below_any(self, address: int, at: float) -> Life | None:
+        """Like :meth:`nearest_below`, but freed allocations count too (the newest begun by ``at``)."""
+        best: Life | None = None
+        i = bisect.bisect_right(self.starts, address) - 1
+        while i >= 0:
+            if best is not None and self.maxend[i] <= best.end:
+                break
+            life = self._begun_in_group(i, at)
+            if life is not None and life.end <= address and (best is None or life.end > best.end):
+                best = life
+            i -= 1
+        return best
+
+    def nearest_above_any(self, address: int, at: float) -> Life | None:
+        """Like :meth:`nearest_above`, but freed allocations count too."""
+        i = bisect.bisect_right(self.starts, address)
+        while i < len(self.starts):
+            life = self._begun_in_group(i, at)
+            if life is not None:
+                return life
+            i += 1
+        return None
+
     def intersecting(self, lo: int, hi: int) -> list[Life]:
         """Every life (any time) overlapping bytes [lo, hi]."""
         out: list[Life] = []
