@@ -111,3 +111,16 @@ def test_package_bisect_end_to_end(tmp_path: Path) -> None:
     assert "fhtiny==1.1: good" in out and "fhtiny==1.2: bad" in out, out
     # the scratch envs are removed unless --keep-envs
     assert not list((tmp_path / "envs").glob("env-*"))
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+_version = st.lists(st.integers(0, 30), min_size=1, max_size=3).map(lambda p: ".".join(map(str, p)))
+
+
+@given(st.lists(_version, min_size=1, max_size=12), st.text(max_size=80).filter(lambda t: "Available" not in t))
+def test_parse_index_versions_property(versions, noise) -> None:
+    """Any pip-style listing parses to the same versions, oldest first, whatever warnings precede it."""
+    from packaging.version import Version
+    got = parse_index_versions(f"{noise}\nfhtiny (x)\nAvailable versions: {', '.join(versions)}\n")
+    assert got == sorted(dict.fromkeys(versions), key=Version)
