@@ -79,6 +79,8 @@ class MapEntry:
     attributed: str | None
     xid: int | None
     pid: int | None = None
+    #: with basis "sanitizer": what the ledger alone said (the mapper's ``ledger_verdict``)
+    ledger_verdict: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,11 +245,17 @@ def _mapped(entries: tuple[MapEntry, ...], key: str, rerun_ledger: str | None) -
                 other += 1   # another job's process (validate_gpu.sh runs 10 at a time)
                 continue
             label = f"Xid {e.xid or '?'}"
-            base = e.basis or ("stress run's ledger" + (f", pid {e.pid}" if e.pid is not None else ""))
+            ledger = "stress run's ledger" + (f", pid {e.pid}" if e.pid is not None else "")
         else:
             label = "sanitizer"
-            base = e.basis or (f"rerun ledger: {rerun_ledger}" if rerun_ledger
-                               else "no rerun ledger")
+            ledger = f"rerun ledger: {rerun_ledger}" if rerun_ledger else "no rerun ledger"
+        if e.basis == "sanitizer":   # the mapper's fallback (docs/mapper.md)
+            base = (f"compute-sanitizer's nearest-allocation line; the ledger said "
+                    f"{e.ledger_verdict or 'nothing'} ({ledger})")
+        elif e.basis in (None, "ledger"):
+            base = ledger
+        else:
+            base = e.basis
         verdict = e.verdict or ("not mapped: " + (e.reason or "no reason given"))
         parts.append(f"{label}: {verdict} [{base}]")
     if other:
@@ -417,7 +425,8 @@ def _map_entry(m: dict[str, Any]) -> MapEntry:
                     basis=basis,
                     attributed=m.get("attributed_nodeid") if isinstance(m.get("attributed_nodeid"), str) else None,
                     xid=m.get("xid") if isinstance(m.get("xid"), int) else None,
-                    pid=m.get("pid") if isinstance(m.get("pid"), int) else None)
+                    pid=m.get("pid") if isinstance(m.get("pid"), int) else None,
+                    ledger_verdict=m.get("ledger_verdict") if isinstance(m.get("ledger_verdict"), str) else None)
 
 
 def _rerun_ledger(ledger_dir: Path) -> str | None:

@@ -170,16 +170,19 @@ def test_mapped_says_what_it_rested_on() -> None:
     entries = (
         MapEntry("xid", None, "the ledger has no records for pid 909 (pids in it: 923)", None, None, 31, 909),
         MapEntry("sanitizer", "unmapped", None, None, "/x::test_planted[oob_write-cuda]", None, 1499),
-        MapEntry("xid", "in_allocation", None, "sanitizer nearest-allocation line",
-                 "/x::test_planted[oob_write-cuda]", 31, 923),
+        MapEntry("xid", "inside", None, "ledger", "/x::test_planted[oob_write-cuda]", 31, 923),
+        MapEntry("sanitizer", "past_end", None, "sanitizer", "/x::test_planted[oob_write-cuda]", None, 1499,
+                 ledger_verdict="unmapped"),
     )
     row = judge(catalog.get("oob_write"), "cuda",
                 obs(mapping=entries, rerun_ledger="0 allocation(s); CUPTI did not start under "
                                                   "compute-sanitizer (ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)"))
     assert row.mapped == (
         "sanitizer: unmapped [rerun ledger: 0 allocation(s); CUPTI did not start under compute-sanitizer "
-        "(ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)]; Xid 31: in_allocation [sanitizer nearest-allocation "
-        "line]; 1 Xid page(s) of other processes (concurrent jobs), not this test's")
+        "(ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)]; Xid 31: inside [stress run's ledger, pid 923]; "
+        "sanitizer: past_end [compute-sanitizer's nearest-allocation line; the ledger said unmapped (rerun "
+        "ledger: 0 allocation(s); CUPTI did not start under compute-sanitizer (ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED))]; "
+        "1 Xid page(s) of other processes (concurrent jobs), not this test's")
 
 
 def test_row_ok_and_render() -> None:
