@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import mmap
 import re
+import sys
 from collections.abc import Iterable
 
 from faulthunt.kernlog.catalog import classify
@@ -230,12 +231,20 @@ def decode_mmu(message: str) -> MmuFault | None:
         ftype = tail[4] if _is_name(tail[4]) else None
         if len(tail) >= 6 and _is_name(tail[5]):
             atype = tail[5]
+    return _mmu(engine, gpc, client, hi_s, lo_s, ftype, atype)
+
+
+def _mmu(engine: str, gpc: int | None, client: str | None, hi_s: str, lo_s: str, ftype: str | None,
+         atype: str | None) -> MmuFault:
+    """The MmuFault for the tokens of one ``MMU Fault:`` text (shared by :func:`decode_mmu` and the fast path)."""
     reason = None
     hi, lo = int(hi_s, 16), int(lo_s, 16)
     address = (hi << 32) | lo
-    listed = [x for x in (engine, client, ftype, atype) if x]
-    if any(x.startswith("UNRECOGNIZED") for x in listed):
-        reason = "unrecognized " + ", ".join(x for x in listed if x.startswith("UNRECOGNIZED"))
+    # (the substring test first: it is one C call, and true only for garbage faults)
+    unrecognized = ([x for x in (engine, client, ftype, atype) if x and x.startswith("UNRECOGNIZED")]
+                    if "UNRECOGNIZED" in f"{engine}{client}{ftype}{atype}" else None)
+    if unrecognized:
+        reason = "unrecognized " + ", ".join(unrecognized)
     elif len(lo_s) != 8:
         reason = f"low half 0x{lo_s} is not 8 hex digits (truncated line?)"
     elif hi >= 1 << 32:
@@ -246,7 +255,10 @@ def decode_mmu(message: str) -> MmuFault | None:
         reason = f"address 0x{address:x} is not 4 KiB aligned"
     elif client is None:
         reason = "no client named"
-    return MmuFault(
+    # Same object MmuFault(...) would build (frozen, every field set) without the frozen
+    # dataclass's per-field object.__setattr__; test_kernlog_fastpath compares the two.
+    mf = _new_event(MmuFault)
+    mf.__dict__.update(
         address=None if reason else address,
         engine=engine,
         gpc=gpc,
@@ -257,6 +269,7 @@ def decode_mmu(message: str) -> MmuFault | None:
         address_text=f"0x{hi_s}_{lo_s}",
         reason=reason,
     )
+    return mf
 
 
 _ADDR_RE = re.compile(r"0x([0-9A-Fa-f]{1,16})_([0-9A-Fa-f]{1,16})(?![0-9A-Za-z_])")
@@ -307,7 +320,7 @@ _Body = tuple
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_body(report: str) -> tuple | None:
+def _parse_body(report: str, general: bool = False) -> tuple | None:
     """Parse ``NVRM: Xid (...): N[, ...]`` (the text from the marker to the end of the line)."""
     m = _HEAD_RE.match(report)
     if m is None:
@@ -340,18 +353,107 @@ def _parse_body(report: str) -> tuple | None:
         name = name.strip()
         process = None if name in ("", "<unknown>", "'<unknown>'") else name
     message = body
-    mmu, gr, caused_by, channel = _decode_message(message)
+    mmu, gr, caused_by, channel = _decode_message_general(message) if general else _decode_message(message)
+    if process is not None:
+        process = _intern(process)
+    if pci is not None:
+        pci = _intern(pci)
     return (xid, pci, gi, ci, pid, process, message, classify(xid).category, mmu, caused_by, channel, gr)
+
+
+# Fast path for the commonest Xid 31 message, the whole of it in one match:
+#   channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_8 faulted @ 0x7f69_f2000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE
+#   Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_6 faulted @ 0x7f7d_dbe00000. Fault is of type ...
+# It only accepts text on which decode_mmu/decode_gr/_CHANNEL_RE/_CAUSED_RE give exactly what it
+# gives (upper-case tokens cannot spell "Graphics" or "caused by"; a client that is itself
+# GPC<n> is refused, decode_mmu reads that as a GPC with no client); anything else takes the
+# general path. tests/test_kernlog_fastpath.py checks the two agree.
+_MMU_FAST_RE = re.compile(
+    r"(?:channel 0x|Ch )(?P<ch>[0-9A-Fa-f]{8}), intr [0-9A-Fa-f]{8}\. MMU Fault: ENGINE (?P<engine>[A-Z0-9_]{1,64}) "
+    r"(?:GPC(?P<gpc>[0-9]{1,4}) )?(?!GPC[0-9]{1,4} )(?P<client>[A-Z0-9_]{1,64}) "
+    r"faulted @ 0x(?P<hi>[0-9A-Fa-f]{1,16})_(?P<lo>[0-9A-Fa-f]{1,16})\. "
+    r"Fault is of type (?P<ft>[A-Z0-9_]{1,64}) (?P<at>[A-Z0-9_]{1,64})"
+)
+_mmu_fast = _MMU_FAST_RE.fullmatch
 
 
 @functools.lru_cache(maxsize=4096)
 def _decode_message(message: str) -> tuple[MmuFault | None, GrException | None, int | None, int | None]:
     """The decodable parts of a message (cached apart from the pid/name: those vary, messages repeat)."""
+    m = _mmu_fast(message)
+    if m is not None:
+        ch, engine, gpc, client, hi, lo, ft, at = m.groups()
+        return _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at), None, None, int(ch, 16)
+    return _decode_message_general(message)
+
+
+def _decode_message_general(message: str) -> tuple[MmuFault | None, GrException | None, int | None, int | None]:
+    """:func:`_decode_message` without the fast path (the reference the fast path is tested against)."""
     mmu = decode_mmu(message) if "faulted @" in message else None
     gr = decode_gr(message) if "Graphics" in message else None
     cm = _CAUSED_RE.search(message) if "caused by" in message else None
     chm = _CHANNEL_RE.search(message) if "h" in message else None
     return mmu, gr, int(cm.group(1)) if cm else None, int(chm.group(1), 16) if chm else None
+
+
+# --- fast path for the commonest line shape ----------------------------------------------------------
+# One compiled match for a whole modern line in a plain dmesg, /dev/kmsg or bare container:
+#   [   35.371957] NVRM: Xid (PCI:0000:00:06): 31, pid=508, name=python3, channel 0x0000000a, ...
+#   4,362,35371957,c;NVRM: Xid (PCI:0000:00:06): 13, pid='<unknown>', name=<unknown>, Graphics ...
+# It is a strict sub-case of the general path (_parse_at): whatever it matches, the general path
+# reads to the same event (tests/test_kernlog_fastpath.py checks this on every fixture, the H200
+# captures and hypothesis-generated lines); whatever it does not match (other containers, MIG,
+# pid without "pid=" digits, a name holding ", ", odd spacing) goes the general way. The
+# (?!pid=|name=) guard stops the regex from skipping a pid/name it cannot read and calling it
+# the message. DOTALL: the general path keeps a line's inner "\n" in the message, so must this.
+_FAST_RE = re.compile(
+    r"(?:\[ {0,20}(?P<ts>\d{1,12}\.\d{1,9})\] |(?P<pri>\d{1,5}),(?P<seq>\d{1,20}),(?P<us>\d{1,20}),[^;,]{0,4};|)"
+    r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\): (?P<xid>\d{1,6}), "
+    r"(?:pid=(?:'<unknown>'|(?P<pid>\d{1,10})), )?(?:name=(?P<name>[^,]*), )?(?!pid=|name=)"
+    # the message: the Xid 31 MMU shape of _MMU_FAST_RE read in the same match when it is all
+    # there is (up to trailing whitespace, which the general path strips), else any text
+    r"(?P<msg>(?P<mmu>" + _MMU_FAST_RE.pattern.replace("?P<", "?P<m_") + r")(?=\s*\Z)|\S.*)",
+    re.DOTALL,
+)
+_fast_match = _FAST_RE.match
+_UNKNOWN_NAMES = frozenset(("", "<unknown>", "'<unknown>'"))
+
+
+def _fast_event(m: re.Match[str], line: str) -> XidEvent:
+    """The XidEvent of a line :data:`_FAST_RE` matched (same fields as :func:`_parse_at` gives)."""
+    ts, pri, seq, us, pci, xid_s, pid, name, msg, mmu_text, ch, engine, gpc, client, hi, lo, ft, at = m.groups()
+    if name is not None:
+        name = name.strip()
+        name = None if name in _UNKNOWN_NAMES else _intern(name)
+    xid = int(xid_s)
+    if mmu_text is not None:
+        # what _decode_message(msg) gives for this shape, without a second match or a cache lookup
+        mmu: MmuFault | None = _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at)
+        gr, caused_by, channel = None, None, int(ch, 16)
+    else:
+        msg = msg.rstrip()
+        mmu, gr, caused_by, channel = _decode_message(msg)
+    sequence = level = None
+    if ts is not None:
+        t: float | None = float(ts)
+    elif pri is not None:
+        level = int(pri) & 7
+        sequence = int(seq)
+        t = int(us) / 1e6
+    else:
+        t = None
+    ev = _new_event(XidEvent)
+    ev.__dict__.update(
+        xid=xid, pci=_intern(pci), gpu_instance=None, compute_instance=None,
+        pid=None if pid is None else int(pid), process=name, message=msg, category=classify(xid).category,
+        mmu=mmu, caused_by=caused_by, raw=line.rstrip("\r\n"), seq=sequence, ts=t, wall=None, channel=channel, gr=gr,
+        level=level,
+    )
+    return ev
+
+
+#: Process names and PCI addresses repeat on every line of a GPU's log: keep one copy of each.
+_intern = sys.intern
 
 
 def parse_line(line: str) -> XidEvent | None:
@@ -360,10 +462,31 @@ def parse_line(line: str) -> XidEvent | None:
     Never raises on any ``str``: containers it does not know are ignored (the event then has no
     ``ts``/``wall``), and a line cut before its Xid number gives None.
     """
+    m = _fast_match(line)
+    if m is not None:
+        return _fast_event(m, line)
     i = line.find(MARKER)
     if i < 0:
         return None
     return _parse_at(line, i)
+
+
+def _parse_line_general(line: str) -> XidEvent | None:
+    """:func:`parse_line` without either fast path: the reference tests compare the fast path with."""
+    i = line.find(MARKER)
+    if i < 0:
+        return None
+    line = line.rstrip("\r\n")
+    body = _parse_body.__wrapped__(line[i:].rstrip(), general=True)
+    if body is None:
+        return None
+    cont = parse_container(line[:i]) if i else _EMPTY
+    xid, pci, gi, ci, pid, process, message, category, mmu, caused_by, channel, gr = body
+    return XidEvent(
+        xid=xid, pci=pci, gpu_instance=gi, compute_instance=ci, pid=pid, process=process, message=message,
+        category=category, mmu=mmu, caused_by=caused_by, raw=line, seq=cont.seq, ts=cont.ts, wall=cont.wall,
+        channel=channel, gr=gr, level=cont.level,
+    )
 
 
 def _parse_at(line: str, i: int) -> XidEvent | None:
@@ -444,6 +567,7 @@ def scan_bytes(data: bytes | mmap.mmap) -> ScanResult:
     events: list[XidEvent] = []
     unparsed: list[str] = []
     find, rfind = data.find, data.rfind
+    fast, fast_event = _fast_match, _fast_event
     i = find(_MARKER_B)
     while i >= 0:
         start = rfind(b"\n", 0, i) + 1
@@ -451,6 +575,11 @@ def scan_bytes(data: bytes | mmap.mmap) -> ScanResult:
         if end < 0:
             end = len(data)
         line = data[start:end].decode("utf-8", "replace")
+        m = fast(line)
+        if m is not None:
+            events.append(fast_event(m, line))
+            i = find(_MARKER_B, end)
+            continue
         # the marker's character offset equals its byte offset when the prefix is ASCII (nearly always)
         j = i - start
         ev = _parse_at(line, j) if line.startswith(MARKER, j) else parse_line(line)
