@@ -613,6 +613,11 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> N
             + f", {d['xids']} Xids" for d in devices))
     for line in kernel_log_lines(summary.get("kernel_log")):
         console.print(line)
+    if not summary.get("tests_run") and summary.get("pytest_exit_status") not in (None, 0, 5):
+        # nothing ran (collection error, bad option): pytest's own words are in reproducer.log
+        console.print(f"pytest exited {summary.get('pytest_exit_status')} before any test ran: "
+                      + "; ".join(_collection_errors(run_dir / Layout.REPRODUCER_LOG))
+                      + f" (full output: {run_dir / Layout.REPRODUCER_LOG})")
     w = summary.get("workers", {})
     outcomes = summary.get("outcomes", {})
     console.print(
@@ -622,6 +627,16 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> N
         f"hung {w.get('hung', 0)}, recycled {w.get('recycled', 0)}"
         + (f"; stopped early: {summary['stopped_early']}" if summary.get("stopped_early") else ""))
     console.print(f"run directory: {run_dir}")
+
+
+def _collection_errors(path: Path, limit: int = 3) -> list[str]:
+    """pytest's ``ERROR ...`` / ``E   ...`` lines from reproducer.log (the first few)."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ["reproducer.log unreadable"]
+    errs = [ln.strip() for ln in lines if ln.startswith(("ERROR ", "E   "))]
+    return errs[:limit] or ["no ERROR line in its output"]
 
 
 def kernel_log_lines(status: Mapping[str, Any] | None) -> list[str]:

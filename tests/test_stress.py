@@ -367,3 +367,22 @@ def test_kernel_log_lines(status, expect):
     from faulthunt.stress import kernel_log_lines
 
     assert kernel_log_lines(status) == expect
+
+
+def test_render_says_why_nothing_ran(tmp_path):
+    """A collection error leaves 0 test runs: the terminal quotes pytest's error lines."""
+    import io
+
+    from rich.console import Console
+
+    from faulthunt.stress import render_summary
+
+    (tmp_path / "reproducer.log").write_text(
+        "____ ERROR collecting test_wild.py ____\nE   ModuleNotFoundError: No module named 'cupy'\n"
+        "ERROR test_wild.py - ImportError while importing test module\n")
+    buf = io.StringIO()
+    render_summary({"tests_run": 0, "pytest_exit_status": 2, "by_test": [], "xids": [],
+                    "failures": []}, tmp_path, Console(file=buf, width=400))
+    text = buf.getvalue()
+    assert "pytest exited 2 before any test ran" in text
+    assert "No module named 'cupy'" in text and "reproducer.log" in text
