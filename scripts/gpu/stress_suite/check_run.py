@@ -42,6 +42,14 @@ print("by_test:", json.dumps(summary["by_test"]))
 print("by_device:", json.dumps(summary["by_device"]))
 print("xid_spread:", json.dumps(summary["xid_spread"]))
 print("kernel_log:", json.dumps(summary.get("kernel_log")))
+# every worker Xid 31 comes from one test in several processes: the reading must be the
+# application (one_test), never the hardware one; and no device row may claim Xids with 0 runs
+spread31 = [r for r in summary.get("xid_spread", []) if r.get("xid") == 31]
+if len(ours) >= 2 and not problems and spread31 and spread31[0].get("verdict") != "one_test":
+    problems.append(f"xid_spread for Xid 31 is {spread31[0].get('verdict')}, expected one_test")
+for d in summary.get("by_device", []):
+    if d.get("xids") and d.get("runs") == 0:
+        problems.append(f"by_device: device {d.get('device')} has {d['xids']} Xids but 0 runs")
 if not ours:
     problems.append("no Xid 31 captured from a worker")
 print("\n".join(problems) if problems else "OK: every Xid 31 -> test_wild_store, right worker")
