@@ -227,6 +227,7 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
             say(m)
         return None
     handle = LedgerHandle(LedgerWriter(ledger_dir), p)
+    messages = p.messages
     if p.cupti:
         try:
             src = cupti_source.start(handle.writer, say=say)
@@ -239,7 +240,11 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
             if not p.refinements:
                 handle.writer.close()
                 return None
-    for m in p.messages:
+            # the plan's "cupti + refinements" line would now be untrue
+            messages = (f"ledger: framework refinements only ({', '.join(p.refinements)}, "
+                        "each when imported): no launch records",)
+            handle.plan = dataclasses.replace(p, cupti=False)
+    for m in messages:
         say(m)
         handle.note(m)
     for name in p.refinements:
