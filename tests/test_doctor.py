@@ -86,6 +86,55 @@ def test_collect_libraries_with_a_fake_cuobjdump(tmp_path: Path) -> None:
     assert out[0]["message"].endswith("this sm_70 device cannot run its kernels")
 
 
+H200 = Path(__file__).parent / "data" / "h200"
+
+
+def _replaying_cuobjdump(tmp_path: Path) -> Path:
+    """A cuobjdump that replays real listings: cuFFT's (H200) for libstub*, cuRAND's otherwise."""
+    fake = tmp_path / "cuobjdump"
+    fake.write_text("#!/bin/sh\n"
+                    'case "$2" in *libstub*) E=' f"{H200}/cuobjdump_elf_libcufft.so.12.txt P={H200}/cuobjdump_ptx_libcufft.so.12.txt;; "
+                    f"*) E={LOCAL}/libcurand_elf.txt P={LOCAL}/libcurand_ptx.txt;; esac\n"
+                    'case "$1" in --list-elf) cat $E;; --list-ptx) cat $P;; esac\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def test_collect_libraries_scans_what_cuobjdump_cannot_see(tmp_path: Path) -> None:
+    # A stub listing (cuFFT's one sm_75 cubin) in a file that embeds a fatbin with sm_90 SASS.
+    import struct
+
+    from faulthunt.archcheck import Arch
+    entry = struct.pack("<HHIQ", 2, 0x101, 64, 4) + b"\0" * 12 + struct.pack("<I", 90)
+    fatbin = struct.pack("<IHHQ", 0xBA55ED50, 1, 16, 68) + entry.ljust(64, b"\0") + b"sass"
+    lib = tmp_path / "libstub.so.1"
+    lib.write_bytes(b"not an elf" + fatbin + b"tail")
+    out = identity.collect_libraries([str(lib)], [Arch(9, 0), Arch(7, 0)], str(_replaying_cuobjdump(tmp_path)))
+    by_device = {row["device"]: row for row in out}
+    assert by_device["sm_90"]["verdict"] == "unseen" and not by_device["sm_90"]["problem"]
+    assert by_device["sm_90"]["visibility"]["embedded_fatbins"]["sass"] == ["sm_90"]
+    assert by_device["sm_70"]["verdict"] == "cannot_run"  # the scan found nothing for sm_70 either
+    full = {"gpus": [{"index": 0}], "driver_module": "open", "nvml": True, "cuda_runtime": [{}],
+            "libraries": out}
+    notes = [p for p in identity.problems_of(full) if p["area"] == "libraries"]
+    assert [(p["severity"], p["message"].split(":")[0]) for p in notes] == [
+        ("info", "libstub"), ("problem", "libstub has SASS for sm_75 and no PTX (and the 1 fatbin(s) outside .nv_fatbin only sm_90)")]
+
+
+def test_collect_libraries_compares_a_stub_listing_with_its_neighbours(tmp_path: Path) -> None:
+    from faulthunt.archcheck import Arch
+    stub, neighbour = tmp_path / "libstub.so.1", tmp_path / "libcurand.so.10"
+    stub.write_bytes(b"not an elf, no fatbin inside")
+    neighbour.write_bytes(b"not an elf either")
+    fake = _replaying_cuobjdump(tmp_path)
+    out = identity.collect_libraries([str(stub), str(neighbour)], [Arch(9, 0)], str(fake))
+    row = next(r for r in out if r["library"] == "libstub")
+    assert row["verdict"] == "unseen"
+    assert "the other libraries beside it cover sm_75..sm_120" in row["message"]
+    alone = identity.collect_libraries([str(stub)], [Arch(9, 0)], str(fake))
+    assert alone[0]["verdict"] == "cannot_run"  # no neighbour, no scan hit, not a known name
+
+
 @pytest.mark.parametrize("scope,cap,euid,severity", [
     (None, False, 1000, None), (0, False, 1000, None), (1, False, 1000, "problem"),
     (2, False, 1000, "problem"), (2, True, 0, None), (3, True, 0, "problem"),

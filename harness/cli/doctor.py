@@ -63,7 +63,7 @@ def render(full: dict[str, Any], out: IO[str], show_all: bool = False) -> None:
     w(f"libraries   {full.get('libraries_checked', 0)} examined, {carrying} carry GPU code; "
       f"checked against {archs}\n")
     for lib in libs:
-        if show_all or lib.get("problem") or lib.get("verdict") in ("jit", "unseen"):
+        if show_all or lib.get("problem") or lib.get("verdict") == "jit":  # unseen: a note below
             w(f"  {lib['message']}\n")
     problems = [p for p in full.get("problems") or [] if p["severity"] != "info"]
     notes = [p for p in full.get("problems") or [] if p["severity"] == "info"]
