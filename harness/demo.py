@@ -146,7 +146,12 @@ def run_demo(opts: DemoOptions, out: Callable[[str], None] | None = None) -> Dem
 
         tests = None
         if backend == be.GPU:
-            tests = sorted(set(_failed_nodeids(summary)) | set(suite_nodeids(SUITE_DIR, backend)))
+            # one rerun per test: a recorded failure's nodeid is relative to the stress run's cwd,
+            # suite_nodeids' absolute, so they are merged on the part after the file
+            merged: dict[str, str] = {}
+            for nodeid in [*_failed_nodeids(summary), *suite_nodeids(SUITE_DIR, backend)]:
+                merged.setdefault(nodeid.split("::", 1)[-1], nodeid)
+            tests = sorted(merged.values())
         try:
             # the reruns run the same suite on the same backend
             san = run_sanitize(run_dir, tool="memcheck", cwd=cwd, quiet=opts.quiet, tests=tests,

@@ -41,6 +41,52 @@ def test_exit_status_and_table() -> None:
     assert DemoResult(None, "gpu", (Step("map", "failed", "boom"),)).exit_status == 1
 
 
+def test_gpu_path_plumbing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU path without a GPU: stress, sanitize, map and report are stood in for (they are
+    tested in their own areas and on the H200), so that what the demo hands each step is checked:
+    the gpu backend, the kmsg-capable Xid source, and one sanitizer rerun per test even where a
+    recorded failure's relative nodeid and suite_nodeids' absolute one name the same test."""
+    import faulthunt.mapper
+    import faulthunt.report
+    import faulthunt.sanitizer
+    import faulthunt.stress
+    from faulthunt.demo import DemoOptions, run_demo
+
+    seen: dict[str, object] = {}
+    rel = "kernels/suite/test_planted.py::test_planted"
+    summary = {"tests_run": 4, "passed": 2, "xids": [],
+               "failures": [{"base_nodeid": f"{rel}[wild_write-cuda]", "outcome": "crashed"},
+                            {"base_nodeid": f"{rel}[oob_write-cuda]", "outcome": "failed"},
+                            {"base_nodeid": f"{rel}[x-cuda]", "outcome": "collateral"}]}
+
+    def fake_stress(opts: object) -> object:
+        seen["stress"] = opts
+        return faulthunt.stress.StressResult(run_dir=tmp_path / "run", summary=summary, exit_status=1)
+
+    class San:
+        findings = [object()]
+        out_dir = tmp_path / "san"
+
+    def fake_sanitize(run_dir: Path, **kw: object) -> San:
+        seen["sanitize"] = kw
+        return San()
+
+    monkeypatch.setattr(faulthunt.stress, "run_stress", fake_stress)
+    monkeypatch.setattr(faulthunt.sanitizer, "run_sanitize", fake_sanitize)
+    monkeypatch.setattr(faulthunt.mapper, "map_run", lambda run_dir: [{"verdict": "past_end"}])
+    monkeypatch.setattr(faulthunt.report, "write_reports", lambda run_dir: [run_dir / "report.md"])
+    result = run_demo(DemoOptions(run_dir=tmp_path / "run", backend="gpu", quiet=True, cwd=tmp_path))
+    assert result.backend == "gpu" and [s.status for s in result.steps] == ["found", "found", "ok", "ok"]
+    sopts = seen["stress"]
+    assert sopts.env["FAULTHUNT_KERNELS_BACKEND"] == "gpu" and sopts.xid_source == "auto"  # type: ignore[attr-defined]
+    tests = seen["sanitize"]["tests"]  # type: ignore[index]
+    keys = [t.split("::", 1)[1] for t in tests]
+    assert len(keys) == len(set(keys))
+    assert set(keys) == {"test_planted[wild_write-cuda]", "test_planted[oob_write-cuda]",
+                         "test_planted[oob_read-cuda]", "test_planted[oob_read-numba]",
+                         "test_planted[oob_write-numba]", "test_planted[use_after_free-cuda]"}
+
+
 @pytest.mark.slow
 def test_demo_end_to_end_on_cpu(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
