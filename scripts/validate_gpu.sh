@@ -2,7 +2,8 @@
 # End-to-end validation of faulthunt on a real GPU, with its own planted faults (kernels/).
 #
 #   scripts/validate_gpu.sh            # full: every planted fault + twin through faulthunt
-#                                      #   stress, sanitize and map; prints the table (~3-4 min)
+#                                      #   stress, sanitize and map; prints the table (~2 min:
+#                                      #   the first H200 run took 65 s without the twin reruns)
 #   scripts/validate_gpu.sh --smoke    # quick: each planted kernel once, plainly and under its
 #                                      #   sanitizer tool, outputs printed (~2-3 min)
 #
