@@ -226,11 +226,9 @@ def _detail_note(b: _Byte, lo: int, hi: int) -> str | None:
     if not b.detail or b.life is None:
         return None
     lf = b.life
-    if b.detail == "past_end":
-        d = f"{lo - lf.end}" if lo == hi else f"{lo - lf.end}..{hi - lf.end}"
-        return f"{d} byte(s) past the end of the {lf.size}-byte allocation, which was freed by then"
-    d = f"{lf.address - hi}" if lo == hi else f"{lf.address - hi}..{lf.address - lo}"
-    return f"{d} byte(s) before the start of the {lf.size}-byte allocation, which was freed by then"
+    off = f"{lo - lf.address}" if lo == hi else f"{lo - lf.address}..{hi - lf.address}"
+    where = "past its end" if b.detail == "past_end" else "before its start"
+    return f"offset {off} of the {lf.size}-byte allocation ({where}), which was freed by then"
 
 
 def _nearest_any(pl: PidLedger, a: int, at: float) -> tuple[Life | None, Life | None]:

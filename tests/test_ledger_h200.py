@@ -24,7 +24,7 @@ def test_end_of_ledger_is_freed_with_the_allocation():
     assert v.verdict == "freed"
     assert v.allocation["address"] == BASE and v.allocation["size"] == 4000
     assert v.allocation["freed"]["phase"] == "requested"
-    assert v.offset == 4000 and "past the end" in (v.note or "")
+    assert v.offset == 4000 and "past its end" in (v.note or "")
     assert v.below is not None and v.below["allocation"]["address"] == BASE  # nearest is never empty
 
 
