@@ -214,8 +214,10 @@ def scan_fatbins(blob: bytes | mmap.mmap, skip: tuple[int, int] | None = None,
     pos = raw.find(_FATBIN_MAGIC)
     while pos != -1 and found < limit:
         nxt = pos + 4
-        inside_skip = skip is not None and skip[0] <= pos < skip[0] + skip[1]
-        if not inside_skip and pos + 16 <= size:
+        if skip is not None and skip[0] <= pos < skip[0] + skip[1]:
+            pos = raw.find(_FATBIN_MAGIC, skip[0] + skip[1])  # the registered fatbins: cuobjdump's part
+            continue
+        if pos + 16 <= size:
             _, hsize, fat = struct.unpack_from("<HHQ", raw, pos + 4)
             if hsize == 16 and 0 < fat <= size - pos - 16:
                 q, end, entries = pos + 16, pos + 16 + fat, 0

@@ -65,6 +65,9 @@ def test_doctor_checks_a_real_library_against_a_v100() -> None:
 
 def test_elf_fatbin_section_probe(tmp_path: Path) -> None:
     assert identity.elf_has_device_code(sys.executable) is False
+    sections = identity.elf_sections(sys.executable)
+    assert sections and ".text" in sections and ".nv_fatbin" not in sections
+    assert all(offset >= 0 and size >= 0 for offset, size in sections.values())
     junk = tmp_path / "junk.so"
     junk.write_bytes(b"\x7fELF\x02" + b"\x00" * 10)
     assert identity.elf_has_device_code(str(junk)) is None
