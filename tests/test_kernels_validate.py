@@ -260,3 +260,18 @@ def test_real_stress_run_folder_is_read(tmp_path: Path) -> None:
                    cwd=tmp_path, env=env, capture_output=True, timeout=300)
     row = next(r for r in rows_for(tmp_path) if r.name == "stale_cache" and r.flavour == "numba")
     assert row.plain == "yes: failed" and row.twin.startswith("yes: plain passed") and row.xid == "yes: none"
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(), rc=st.one_of(st.none(), st.integers(-300, 300)),
+       kernel=st.one_of(st.none(), st.text(max_size=40)), line=st.one_of(st.none(), st.integers(-5, 10**6)))
+def test_judge_never_raises_on_junk(text: str, rc: int | None, kernel: str | None, line: int | None) -> None:
+    f = finding("oob_write", kernel, line, text)
+    for name in ("oob_write", "arch_gap", "stale_cache"):
+        row = judge(catalog.get(name), "cuda", obs(san_bug_text=text, san_bug_rc=rc, san_twin_text=text,
+                                                   san_twin_rc=rc, san_tests=both(name), san_findings=(f,)))
+        assert row.direct and row.sanitizer and isinstance(row.ok, bool)
