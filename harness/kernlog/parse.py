@@ -412,7 +412,7 @@ _FAST_RE = re.compile(
     r"(?:pid=(?:'<unknown>'|(?P<pid>\d{1,10})), )?(?:name=(?P<name>[^,]*), )?(?!pid=|name=)"
     # the message: the Xid 31 MMU shape of _MMU_FAST_RE read in the same match when it is all
     # there is (up to trailing whitespace, which the general path strips), else any text
-    r"(?P<msg>(?P<mmu>" + _MMU_FAST_RE.pattern.replace("?P<", "?P<m_") + r")(?=\s*\Z)|\S.*)",
+    r"(?:(?P<mmu>" + _MMU_FAST_RE.pattern.replace("?P<", "?P<m_") + r")(?=\s*\Z)|(?P<msg>\S.*))",
     re.DOTALL,
 )
 _fast_match = _FAST_RE.match
@@ -421,18 +421,21 @@ _UNKNOWN_NAMES = frozenset(("", "<unknown>", "'<unknown>'"))
 
 def _fast_event(m: re.Match[str], line: str) -> XidEvent:
     """The XidEvent of a line :data:`_FAST_RE` matched (same fields as :func:`_parse_at` gives)."""
-    ts, pri, seq, us, pci, xid_s, pid, name, msg, mmu_text, ch, engine, gpc, client, hi, lo, ft, at = m.groups()
+    ts, pri, seq, us, pci, xid_s, pid, name, msg, ch, engine, gpc, client, hi, lo, ft, at, other = m.groups()
     if name is not None:
         name = name.strip()
         name = None if name in _UNKNOWN_NAMES else _intern(name)
     xid = int(xid_s)
-    if mmu_text is not None:
+    if msg is not None:
         # what _decode_message(msg) gives for this shape, without a second match or a cache lookup
         mmu: MmuFault | None = _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at)
         gr, caused_by, channel = None, None, int(ch, 16)
     else:
-        msg = msg.rstrip()
+        msg = other.rstrip()
         mmu, gr, caused_by, channel = _decode_message(msg)
+    category = _CATEGORY.get(xid)
+    if category is None:
+        category = _CATEGORY.setdefault(xid, classify(xid).category)
     sequence = level = None
     if ts is not None:
         t: float | None = float(ts)
@@ -443,13 +446,20 @@ def _fast_event(m: re.Match[str], line: str) -> XidEvent:
     else:
         t = None
     ev = _new_event(XidEvent)
-    ev.__dict__.update(
-        xid=xid, pci=_intern(pci), gpu_instance=None, compute_instance=None,
-        pid=None if pid is None else int(pid), process=name, message=msg, category=classify(xid).category,
-        mmu=mmu, caused_by=caused_by, raw=line.rstrip("\r\n"), seq=sequence, ts=t, wall=None, channel=channel, gr=gr,
-        level=level,
-    )
+    # one dict literal installed as the instance dict (the frozen class refuses ev.__dict__ = ...)
+    _set(ev, "__dict__", {
+        "xid": xid, "pci": _intern(pci), "gpu_instance": None, "compute_instance": None,
+        "pid": None if pid is None else int(pid), "process": name, "message": msg, "category": category,
+        "mmu": mmu, "caused_by": caused_by, "raw": line.rstrip("\r\n"), "seq": sequence, "ts": t, "wall": None,
+        "channel": channel, "gr": gr, "level": level,
+    })
     return ev
+
+
+_set = object.__setattr__
+#: Xid number -> catalog category, filled as numbers are met (classify() is cached too, but a dict
+#: lookup is cheaper than its call on every line)
+_CATEGORY: dict[int, str] = {}
 
 
 #: Process names and PCI addresses repeat on every line of a GPU's log: keep one copy of each.
