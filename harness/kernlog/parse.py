@@ -426,17 +426,23 @@ def _fast_event(m: re.Match[str], line: str) -> XidEvent:
         name = name.strip()
         name = None if name in _UNKNOWN_NAMES else _intern(name)
     xid = int(xid_s)
+    mmu: MmuFault | None
+    gr: GrException | None
+    caused_by: int | None
+    channel: int | None
     if msg is not None:
         # what _decode_message(msg) gives for this shape, without a second match or a cache lookup
-        mmu: MmuFault | None = _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at)
-        gr, caused_by, channel = None, None, int(ch, 16)
+        mmu = _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at)
+        gr = caused_by = None
+        channel = int(ch, 16)
     else:
         msg = other.rstrip()
         mmu, gr, caused_by, channel = _decode_message(msg)
     category = _CATEGORY.get(xid)
     if category is None:
         category = _CATEGORY.setdefault(xid, classify(xid).category)
-    sequence = level = None
+    sequence: int | None = None
+    level: int | None = None
     if ts is not None:
         t: float | None = float(ts)
     elif pri is not None:
