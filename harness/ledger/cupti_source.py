@@ -202,6 +202,8 @@ class CuptiSource:
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
+        #: no subscriber (another CUPTI client): nothing marks records pending, flush every period
+        self._always = False
         self.pid = os.getpid()
         w0 = time.time()
         m0 = time.monotonic()
@@ -283,7 +285,7 @@ class CuptiSource:
                                    or time.monotonic() - self._last_flush >= FLUSH_GAP):
                     self._flush_forced("launch")
                 name = self._cbnames.get(cbid) or cbdata.function_name
-                sym = cbdata.symbol_name
+                sym = getattr(cbdata, "symbol_name", None)
                 kernel = sym or ("<graph>" if name.startswith("cuGraphLaunch") else "<unknown>")
                 self.writer.record(EVENT_LAUNCH, NAME, kernel=kernel, api=name,
                                    correlation_id=cbdata.correlation_id,
@@ -299,7 +301,7 @@ class CuptiSource:
 
     def _background(self) -> None:
         while not self._stop.wait(FLUSH_GAP):
-            if self.dirty and time.monotonic() - self._last_flush >= FLUSH_GAP:
+            if (self.dirty or self._always) and time.monotonic() - self._last_flush >= FLUSH_GAP:
                 self._flush_forced("background")
 
     def start(self) -> None:
@@ -323,7 +325,7 @@ class CuptiSource:
             self.say(msg)
             self.writer.record(EVENT_NOTE, NAME, message=msg)
             # without callbacks nothing marks records pending: flush on the period regardless
-            self.dirty = True
+            self._always = True
         else:
             cbids = c.driver_api_trace_cbid
             for api in LAUNCH_APIS + ALLOC_APIS + tuple(SYNC_APIS):
@@ -339,8 +341,6 @@ class CuptiSource:
 
     def flush(self) -> None:
         self._flush_forced("request")
-        if self.subscriber is None:
-            self.dirty = True
 
     def stop(self) -> None:
         c = self.cupti
