@@ -385,6 +385,8 @@ def run_all(out: Path) -> int:
         best: dict[str, float] = {}
         runs = [("off", env), ("auto", env), ("off", env), ("auto", env), ("strict", strict_env)]
         for label, e in runs:
+            if label == "strict" and time.monotonic() - t_start > 120:
+                continue  # the comparison is optional; the 170 s limit is not
             mode = "off" if label == "off" else "auto"
             rc, so, se = child(["loop", fw, mode, "3000", str(out / "ledgers" / f"loop_{fw}_{label}")], e, 60)
             got = first_json(so)
