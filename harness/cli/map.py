@@ -85,7 +85,7 @@ def _alloc(a: dict[str, Any]) -> str:
     s = f"{a.get('kind', 'device')} {hex(a['address'])}+{a['size']} ({a.get('source') or '?'}"
     if a.get("nodeid"):
         s += f", allocated in {a['nodeid']}"
-    return s + f" at {_t(a.get('t'))})"
+    return s + (f" at {_t(a.get('t'))})" if a.get("t") is not None else ")")
 
 
 def _off(o: Any) -> str:
@@ -98,7 +98,8 @@ def render(e: dict[str, Any]) -> str:
     where = e["address"] + (" (4 KiB page)" if e.get("page") else "")
     if v is None:
         return f"{where}: not mapped: {e.get('reason')}"
-    lines = [f"{where} pid {e.get('pid')}: {v.upper()}"]
+    basis = " (from compute-sanitizer's nearest-allocation line, not the ledger)" if e.get("basis") == "sanitizer" else ""
+    lines = [f"{where} pid {e.get('pid')}: {v.upper()}{basis}"]
     a = e.get("allocation")
     if a:
         lines.append(f"  allocation: {_alloc(a)}, offset {_off(e.get('offset'))}")
