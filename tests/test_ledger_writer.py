@@ -123,7 +123,11 @@ def test_background_flusher_hands_over_pending_records(tmp_path, monkeypatch):
     try:
         src.dirty = True
         src._last_flush = 0.0
-        src._stop.wait(3 * cupti_source.FLUSH_GAP + 0.5)
+        # poll (a loaded machine may delay the thread); no timing is asserted, only that it runs
+        for _ in range(200):
+            if fake.flushes >= 1 and not src.dirty:
+                break
+            src._stop.wait(0.05)
         assert fake.flushes >= 1 and not src.dirty
     finally:
         src.stop()
