@@ -258,17 +258,11 @@ def _mmu(engine: str, gpc: int | None, client: str | None, hi_s: str, lo_s: str,
     # Same object MmuFault(...) would build (frozen, every field set) without the frozen
     # dataclass's per-field object.__setattr__; test_kernlog_fastpath compares the two.
     mf = _new_event(MmuFault)
-    mf.__dict__.update(
-        address=None if reason else address,
-        engine=engine,
-        gpc=gpc,
-        client=client,
-        fault_type=ftype,
-        access_type=atype,
-        decodable=reason is None,
-        address_text=f"0x{hi_s}_{lo_s}",
-        reason=reason,
-    )
+    _set(mf, "__dict__", {
+        "address": None if reason else address, "engine": engine, "gpc": gpc, "client": client,
+        "fault_type": ftype, "access_type": atype, "decodable": reason is None,
+        "address_text": f"0x{hi_s}_{lo_s}", "reason": reason,
+    })
     return mf
 
 
