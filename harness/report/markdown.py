@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 from faulthunt.report.model import ReportModel
@@ -70,8 +72,9 @@ def render(model: ReportModel) -> str:
                     [[f.get("tool"), f.get("kind"), f.get("kernel"),
                       f"{f.get('file')}:{f.get('line')}" if f.get("file") else None, f.get("count"), f.get("nodeid")]
                      for f in model.sanitizer])
-        if first.get("example"):
-            L += ["", "```", str(first["example"]).rstrip(), "```"]
+        example = _example_text(first.get("example"))
+        if example:
+            L += ["", "```", example, "```"]
     L += [""]
     if model.hangs:
         L += ["## Hangs", ""]
@@ -125,3 +128,37 @@ def _alloc(x: dict[str, Any]) -> str | None:
         return str(x["verdict"])
     return (f"{x['verdict']}: {a.get('address')} +{a.get('size')} ({a.get('source') or '?'}, "
             f"from {a.get('nodeid') or '?'})")
+
+
+#: host frames kept in the report's example record; the full stack is in sanitizer/sanitizer.log
+_EXAMPLE_FRAMES = 8
+
+
+def _example_text(example: object) -> str:
+    """The first finding's record as compute-sanitizer printed it, host stack cut to what helps.
+
+    A record is a dict (``sanitizer.json``) with its printed ``lines``; the host stack of a Python
+    process is mostly interpreter frames, so only frames that name a source line (the Python
+    frames compute-sanitizer resolves, and C/C++ frames with line info) are kept, at most
+    ``_EXAMPLE_FRAMES``, with a count of what was left out.
+    """
+    if not example:
+        return ""
+    if not isinstance(example, dict):
+        return str(example).rstrip()
+    lines = [str(x) for x in example.get("lines") or []]
+    if not lines:
+        return str(example.get("message") or "").rstrip()
+    out: list[str] = []
+    frames = kept = 0
+    for line in lines:
+        if not line.startswith("Host Frame"):
+            out.append(line)
+            continue
+        frames += 1
+        if kept < _EXAMPLE_FRAMES and re.search(r" in \S+:\d+$", line):
+            out.append(line)
+            kept += 1
+    if frames > kept:
+        out.append(f"... {frames - kept} more host frame(s) in sanitizer/sanitizer.log")
+    return "\n".join(out)
