@@ -589,6 +589,18 @@ def sanitizer_verdict(address: int, nearest: Any) -> dict[str, Any] | None:
                 "reason": f"compute-sanitizer's nearest-allocation line ({rel} {hex(base)}+{size}) "
                           "does not fit the address"}
     off = address - base
+    # The same reach rule as ledger verdicts: compute-sanitizer names a nearest allocation even
+    # for a wild write hundreds of GiB away (seen on the H200); that is not "past its end".
+    dist = address - end + 1 if verdict == "past_end" else base - address if verdict == "before_start" else 0
+    if dist and dist > max(NEAR_BYTES, size):
+        side = "below" if verdict == "past_end" else "above"
+        return {"address": hex(address), "address_int": address, "page": False, "verdict": "unmapped",
+                "allocation": None, "offset": None, "container": None,
+                "nearest": {"below": None, "above": None} | {side: {"allocation": alloc, "distance": dist}},
+                "basis": "sanitizer",
+                "note": (f"from compute-sanitizer's nearest-allocation line: {dist} bytes {rel} the "
+                         f"allocation at {hex(base)} of size {size}, beyond any allocation's reach "
+                         "(a wild access); the ledger had nothing covering this address")}
     return {"address": hex(address), "address_int": address, "page": False, "verdict": verdict,
             "allocation": alloc, "offset": off, "container": None,
             "nearest": {"below": None, "above": None}, "basis": "sanitizer",

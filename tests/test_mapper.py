@@ -418,3 +418,18 @@ def test_file_reader_fast_path_and_fallback_agree(tmp_path, line, why):
     from_text = parse_ledger_text(text)
     assert (from_file.records, from_file.skipped) == (from_text.records, from_text.skipped)
     assert map_address(from_file, BASE + 1).verdict == "inside"
+
+
+def test_sanitizer_basis_wild_write_is_unmapped_not_past_end() -> None:
+    # Real H200 memcheck line of the planted wild write (validate run, 2026-12-02): compute-sanitizer
+    # named a 512-byte allocation 274,571,722,241 bytes below as "nearest"; that is a wild access.
+    from faulthunt.mapper import sanitizer_verdict
+
+    nearest = {"base": 140118924984320, "distance": 274571722241, "relation": "after", "size": 512}
+    v = sanitizer_verdict(140393496707072, nearest)
+    assert v is not None and v["verdict"] == "unmapped" and v["allocation"] is None
+    assert v["nearest"]["below"]["distance"] == 274571722241 and v["basis"] == "sanitizer"
+    # one byte past a 4000-byte allocation (the planted off-by-one): past_end, offset 4000
+    near = {"base": 0x7F592A801000, "distance": 1, "relation": "after", "size": 4000}
+    v = sanitizer_verdict(0x7F592A801FA0, near)
+    assert v is not None and v["verdict"] == "past_end" and v["offset"] == 4000
