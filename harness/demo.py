@@ -6,8 +6,8 @@ map fault addresses to allocations -> write the report, all into one run directo
 On a GPU every step is real. On a machine without one the suite runs numba's CUDA simulator and
 the SIMULATED stand-ins (kernels/standins.py); their Xid lines go to a simulated kernel log in the
 run directory that stress follows with ``--xid-source file:PATH``; compute-sanitizer is absent, so
-that step says so and the demo goes on. Each step's module belongs to another part of faulthunt
-and is imported when its step runs: a missing one is reported as not available, never faked.
+that step says so and the demo goes on. Each step's module is imported when its step runs, so
+``import faulthunt.demo`` (done by the CLI for every command) stays cheap.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class DemoOptions:
 @dataclasses.dataclass(frozen=True)
 class Step:
     name: str
-    status: str                 # ok | found | skipped | unavailable | failed
+    status: str                 # ok | found | skipped | failed
     message: str
 
 
@@ -57,7 +57,7 @@ class DemoResult:
 
     @property
     def exit_status(self) -> int:
-        """0 when every available step ran; 1 when a step failed outright."""
+        """0 when every step ran (or was skipped for a missing tool); 1 when a step failed outright."""
         return 1 if any(s.status == "failed" for s in self.steps) else 0
 
 
@@ -115,87 +115,74 @@ def run_demo(opts: DemoOptions, out: Callable[[str], None] | None = None) -> Dem
 
     # 1. stress ---------------------------------------------------------------------------------
     summary: dict[str, Any] | None = None
+    from faulthunt.stress import StressOptions, run_stress
+
+    sopts = StressOptions(
+        pytest_args=(str(SUITE_DIR), "-p", "no:cacheprovider"), workers=opts.workers,
+        count=opts.count, timeout=opts.timeout, run_dir=run_dir, xid_source=xid_source,
+        cwd=cwd, env=env, quiet=opts.quiet)
+    say(f"stress: {opts.workers} workers x {opts.count} runs of each test in {SUITE_DIR}")
+    t0 = time.monotonic()
     try:
-        from faulthunt.stress import StressOptions, run_stress
-    except ImportError as exc:
-        steps.append(Step("stress", "unavailable", f"faulthunt.stress is not available ({exc})"))
+        result = run_stress(sopts)
+    except FaulthuntError as exc:
+        steps.append(Step("stress", "failed", str(exc)))
     else:
-        sopts = StressOptions(
-            pytest_args=(str(SUITE_DIR), "-p", "no:cacheprovider"), workers=opts.workers,
-            count=opts.count, timeout=opts.timeout, run_dir=run_dir, xid_source=xid_source,
-            cwd=cwd, env=env, quiet=opts.quiet)
-        say(f"stress: {opts.workers} workers x {opts.count} runs of each test in {SUITE_DIR}")
-        t0 = time.monotonic()
-        try:
-            result = run_stress(sopts)
-        except FaulthuntError as exc:
-            steps.append(Step("stress", "failed", str(exc)))
-        else:
-            summary = result.summary
-            steps.append(Step("stress", "found" if result.exit_status else "ok",
-                              _stress_line(summary, time.monotonic() - t0)))
+        summary = result.summary
+        steps.append(Step("stress", "found" if result.exit_status else "ok",
+                          _stress_line(summary, time.monotonic() - t0)))
     say(steps[-1].message)
 
     # 2. sanitize -------------------------------------------------------------------------------
-    try:
-        from faulthunt.sanitizer import run_sanitize
-    except ImportError as exc:
-        steps.append(Step("sanitize", "unavailable", f"faulthunt.sanitizer is not available ({exc})"))
-    else:
-        from faulthunt.errors import ToolMissingError
+    from faulthunt.errors import ToolMissingError
+    from faulthunt.sanitizer import run_sanitize
 
-        tests = None
-        if backend == be.GPU:
-            # one rerun per test: a recorded failure's nodeid is relative to the stress run's cwd,
-            # suite_nodeids' absolute, so they are merged on the part after the file
-            merged: dict[str, str] = {}
-            for nodeid in [*_failed_nodeids(summary), *suite_nodeids(SUITE_DIR, backend)]:
-                merged.setdefault(nodeid.split("::", 1)[-1], nodeid)
-            tests = sorted(merged.values())
-        try:
-            # the reruns run the same suite on the same backend
-            san = run_sanitize(run_dir, tool="memcheck", cwd=cwd, quiet=opts.quiet, tests=tests,
-                               timeout=300, env={**os.environ, **env})
-        except ToolMissingError as exc:
-            steps.append(Step("sanitize", "skipped",
-                              f"compute-sanitizer is not on this machine"
-                              f"{' (no GPU: expected)' if backend == be.SIM else ''}; "
-                              f"skipped and going on. {exc.fix or ''}".strip()))
-        except FaulthuntError as exc:
-            steps.append(Step("sanitize", "failed", str(exc)))
-        else:
-            steps.append(Step("sanitize", "found" if san.findings else "ok",
-                              f"memcheck: {len(san.findings)} finding(s) -> {san.out_dir}"))
+    tests = None
+    if backend == be.GPU:
+        # one rerun per test: a recorded failure's nodeid is relative to the stress run's cwd,
+        # suite_nodeids' absolute, so they are merged on the part after the file
+        merged: dict[str, str] = {}
+        for nodeid in [*_failed_nodeids(summary), *suite_nodeids(SUITE_DIR, backend)]:
+            merged.setdefault(nodeid.split("::", 1)[-1], nodeid)
+        tests = sorted(merged.values())
+    try:
+        # the reruns run the same suite on the same backend
+        san = run_sanitize(run_dir, tool="memcheck", cwd=cwd, quiet=opts.quiet, tests=tests,
+                           timeout=300, env={**os.environ, **env})
+    except ToolMissingError as exc:
+        steps.append(Step("sanitize", "skipped",
+                          f"compute-sanitizer is not on this machine"
+                          f"{' (no GPU: expected)' if backend == be.SIM else ''}; "
+                          f"skipped and going on. {exc.fix or ''}".strip()))
+    except FaulthuntError as exc:
+        steps.append(Step("sanitize", "failed", str(exc)))
+    else:
+        steps.append(Step("sanitize", "found" if san.findings else "ok",
+                          f"memcheck: {len(san.findings)} finding(s) -> {san.out_dir}"))
     say(steps[-1].message)
 
     # 3. map ------------------------------------------------------------------------------------
+    from faulthunt.mapper import map_run
+
     try:
-        from faulthunt.mapper import map_run
-    except ImportError as exc:
-        steps.append(Step("map", "unavailable", f"faulthunt.mapper is not available ({exc})"))
+        verdicts = map_run(run_dir)
+    except FaulthuntError as exc:
+        steps.append(Step("map", "failed", str(exc)))
     else:
-        try:
-            verdicts = map_run(run_dir)
-        except FaulthuntError as exc:
-            steps.append(Step("map", "failed", str(exc)))
-        else:
-            kinds = sorted({str(v.get("verdict")) for v in verdicts})
-            steps.append(Step("map", "ok", f"{len(verdicts)} fault address(es) mapped"
-                              + (f" ({', '.join(kinds)})" if kinds else "")))
+        kinds = sorted({str(v.get("verdict")) for v in verdicts})
+        steps.append(Step("map", "ok", f"{len(verdicts)} fault address(es) mapped"
+                          + (f" ({', '.join(kinds)})" if kinds else "")))
     say(steps[-1].message)
 
     # 4. report ---------------------------------------------------------------------------------
+    from faulthunt.report import write_reports
+
     try:
-        from faulthunt.report import write_reports
-    except ImportError as exc:
-        steps.append(Step("report", "unavailable", f"faulthunt.report is not available ({exc})"))
+        paths = write_reports(run_dir)
+    except FaulthuntError as exc:
+        steps.append(Step("report", "failed", str(exc)))
     else:
-        try:
-            paths = write_reports(run_dir)
-        except FaulthuntError as exc:
-            steps.append(Step("report", "failed", str(exc)))
-        else:
-            steps.append(Step("report", "ok", "wrote " + ", ".join(str(p) for p in paths)))
+        steps.append(Step("report", "ok", "wrote " + ", ".join(str(p) for p in paths)))
     say(steps[-1].message)
     return DemoResult(run_dir, backend, tuple(steps))
 
