@@ -116,10 +116,15 @@ def test_stress_gpus_pinning_kept_across_restart(tmp_path):
         import os, signal
         from pathlib import Path
         def test_kill_once():
+            # O_EXCL: two workers running a repeat of this test at once must not both die
             flag = Path(__file__).with_name("killed")
-            if not flag.exists():
-                flag.write_text(os.environ["CUDA_VISIBLE_DEVICES"])
-                os.kill(os.getpid(), signal.SIGKILL)
+            try:
+                fd = os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            except FileExistsError:
+                return
+            os.write(fd, os.environ["CUDA_VISIBLE_DEVICES"].encode())
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGKILL)
         def test_a(): pass
         def test_b(): pass
     """)
