@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from faulthunt.cli import main
+from test_kernlog_sources import needs_kmsg  # one check of /dev/kmsg access for both modules
 
 DATA = Path(__file__).parent / "data"
 H200_DMESG = DATA / "h200" / "dmesg.txt"
@@ -98,16 +99,7 @@ def test_since_bad_cursor(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert "fix:" in capsys.readouterr().err
 
 
-def _kmsg_rw() -> bool:
-    try:
-        os.close(os.open("/dev/kmsg", os.O_WRONLY))
-        os.close(os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK))
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _kmsg_rw(), reason="/dev/kmsg is not readable and writable here (needs root)")
+@needs_kmsg
 def test_cursor_and_since_on_the_real_kmsg(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["xid", "cursor", "--source", "kmsg"]) == 0
     cur = capsys.readouterr().out.strip()
