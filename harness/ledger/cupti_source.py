@@ -284,18 +284,18 @@ class CuptiSource:
                 if self.dirty and (self.flush_on_launch
                                    or time.monotonic() - self._last_flush >= FLUSH_GAP):
                     self._flush_forced("launch")
-                name = self._cbnames.get(cbid) or cbdata.function_name
-                sym = getattr(cbdata, "symbol_name", None)
-                kernel = sym or ("<graph>" if name.startswith("cuGraphLaunch") else "<unknown>")
-                self.writer.record(EVENT_LAUNCH, NAME, kernel=kernel, api=name,
-                                   correlation_id=cbdata.correlation_id,
-                                   stack=stack_json() if self.writer.all_stacks else None)
+                got = callback_record(self._cbnames.get(cbid) or cbdata.function_name,
+                                      getattr(cbdata, "symbol_name", None), True, cbdata.correlation_id)
+                if got is not None:
+                    self.writer.record(got[0], NAME, **got[1],
+                                       stack=stack_json() if self.writer.all_stacks else None)
                 return
             if not entering:  # _SYNC: on return; a fault is reported here, so flush first
                 if self.dirty:
                     self._flush_forced("sync")
-                name = self._cbnames.get(cbid) or cbdata.function_name
-                self.writer.record(EVENT_SYNC, NAME, what=SYNC_APIS.get(name, "context"), api=name)
+                got = callback_record(self._cbnames.get(cbid) or cbdata.function_name, None, False, None)
+                if got is not None:
+                    self.writer.record(got[0], NAME, **got[1])
         except Exception as exc:
             print(f"faulthunt ledger: CUPTI callback failed: {exc!r}", file=sys.stderr)
 
