@@ -273,6 +273,8 @@ def read_jsonl(path: Path | str) -> JsonlRead:
         return JsonlRead(())
     except OSError as exc:
         raise RunDirError(f"cannot read {path}: {exc.strerror}") from exc
+    if data.endswith(b"\0"):  # the unwritten reserve of a memory-mapped writer that died
+        data = data.rstrip(b"\0")
     return parse_jsonl(data.decode("utf-8", "replace"))
 
 

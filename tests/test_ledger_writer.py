@@ -8,6 +8,8 @@ policy is judged on here. Time itself is measured in scripts/benchrows/ledger.py
 from __future__ import annotations
 
 import json
+
+import pytest
 import os
 import sys
 from types import SimpleNamespace
@@ -133,3 +135,144 @@ def test_background_flusher_hands_over_pending_records(tmp_path, monkeypatch):
         src.stop()
         w.close()
     assert any(f'"address":{BASE}' in x for x in (tmp_path / f"{os.getpid()}.jsonl").read_text().splitlines())
+
+
+# --- the hot paths and the memory-mapped backend ----------------------------------------------
+
+from faulthunt import context  # noqa: E402
+from faulthunt.ledger import writer as writer_mod  # noqa: E402
+from faulthunt.ledger.reader import load_ledger  # noqa: E402
+from faulthunt.ledger.writer import seal, seal_dead  # noqa: E402
+from faulthunt.mapper import map_address  # noqa: E402
+
+names = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+
+
+def _records(path):
+    data = path.read_bytes().rstrip(b"\0").decode()
+    return [json.loads(x) for x in data.splitlines()][1:]  # the opening note left out
+
+
+@given(nodeid=st.one_of(st.none(), names), kernel=names, address=st.integers(0, (1 << 64) - 1),
+       size=st.integers(0, 1 << 48), cid=st.one_of(st.none(), st.integers(0, 1 << 40)))
+def test_hot_paths_write_what_record_would(tmp_path_factory, nodeid, kernel, address, size, cid):
+    d = tmp_path_factory.mktemp("hot")
+    w = LedgerWriter(d, stacks="alloc")
+    stack = stack_json()
+    old = context.current_nodeid
+    context.current_nodeid = nodeid
+    try:
+        w.alloc("cupy", address, size, "block", stack=stack, tail=',"device_id":0')
+        w.free("numba", address, "device", phase="requested")
+        w.launch("cupti", kernel, "cuLaunchKernel", cid)
+    finally:
+        context.current_nodeid = old
+    w.close()
+    got = _records(d / f"{os.getpid()}.jsonl")
+    want = [
+        {"event": "alloc", "pid": os.getpid(), "nodeid": nodeid, "source": "cupy", "address": address,
+         "size": size, "kind": "block", "device_id": 0, "stack": json.loads(stack)},
+        {"event": "free", "pid": os.getpid(), "nodeid": nodeid, "source": "numba", "address": address,
+         "kind": "device", "phase": "requested"},
+        {"event": "launch", "pid": os.getpid(), "nodeid": nodeid, "source": "cupti", "kernel": kernel,
+         "api": "cuLaunchKernel", **({"correlation_id": cid} if cid is not None else {})},
+    ]
+    for g in got:
+        assert isinstance(g.pop("t"), float)
+    assert got == want
+
+
+def test_nodeid_change_is_seen_by_the_hot_path(tmp_path):
+    w = LedgerWriter(tmp_path)
+    for n in ("a.py::t1", "a.py::t1", None, 'b.py::t["x"]'):
+        context.current_nodeid = n
+        w.alloc("cupy", 1, 2, "block")
+    context.current_nodeid = None
+    w.close()
+    assert [r["nodeid"] for r in _records(w.path)] == ["a.py::t1", "a.py::t1", None, 'b.py::t["x"]']
+
+
+@pytest.mark.parametrize("backend", ["mmap", "write"])
+def test_backends_write_the_same_records_across_window_boundaries(tmp_path, monkeypatch, backend):
+    monkeypatch.setattr(writer_mod, "CHUNK", 4096)  # many windows, lines crossing their edges
+    w = LedgerWriter(tmp_path, backend=backend)
+    assert w.backend == backend
+    for i in range(500):
+        w.alloc("synthetic", BASE + (i << 12), 4096, "device")
+        if i % 97 == 0:
+            w.record("note", "synthetic", message="x" * 9000)  # longer than a window
+    w.close()
+    recs = _records(w.path)
+    assert len(recs) == 500 + 6
+    assert [r["address"] for r in recs if r["event"] == "alloc"] == [BASE + (i << 12) for i in range(500)]
+    assert w.path.read_bytes().endswith(b"}\n")  # closed: the reserve is cut
+
+
+def test_fsync_means_the_write_backend(tmp_path):
+    w = LedgerWriter(tmp_path, fsync=True)
+    assert w.backend == "write"
+    w.close()
+
+
+KILLED = """
+import os, sys, time
+from faulthunt.ledger.writer import LedgerWriter
+w = LedgerWriter(sys.argv[1])
+w.alloc("synthetic", 0x7f0000000000, 4096, "device")
+w.launch("synthetic", "k", "cuLaunchKernel", 1)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGKILL", "abort"])
+def test_killed_mmap_writer_loses_nothing(tmp_path, how):
+    import subprocess
+    import signal
+
+    code = KILLED if how == "SIGKILL" else KILLED.replace("time.sleep(60)", "os.abort()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+    if how == "SIGKILL":
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(20)
+    path = tmp_path / f"{proc.pid}.jsonl"
+    assert path.read_bytes().endswith(b"\0")  # the reserve past the last record is still there
+    ledger = load_ledger(tmp_path)
+    assert ledger.skipped == 0
+    v = map_address(ledger, 0x7F00_0000_0010, pid=proc.pid)
+    assert v.verdict == "inside" and [k["kernel"] for k in v.launches] == ["k"]
+    assert seal_dead(tmp_path) == [path]
+    assert path.read_bytes().endswith(b'"correlation_id":1}\n')
+    assert not seal(path)  # nothing more to cut
+
+
+def test_a_new_writer_continues_a_torn_file(tmp_path):
+    w = LedgerWriter(tmp_path)
+    w.alloc("synthetic", BASE, 64, "device")
+    w._put(b'{"event": "alloc", "addr')  # torn
+    w._mm.close()  # die without closing: the reserve stays  # type: ignore[union-attr]
+    w._mm = None
+    os.close(w._fd)
+    w._fd = -1
+    w2 = LedgerWriter(tmp_path)  # same pid: continues the file
+    w2.free("synthetic", BASE, "device")
+    w2.close()
+    ledger = load_ledger(tmp_path)
+    assert ledger.skipped == 1  # the torn line alone
+    assert map_address(ledger, BASE + 8).verdict == "freed"
+
+
+def test_stack_caches_stay_bounded_and_right(monkeypatch):
+    monkeypatch.setattr(writer_mod, "_CACHE_MAX", 40)
+    fns = []
+    for i in range(60):  # fresh code objects, each freed after use: ids get reused
+        ns: dict = {}
+        exec(compile(f"def f{i}(g):\n    return g()\n", f"gen{i}.py", "exec"), ns)
+        fns.append(ns[f"f{i}"])
+        got = json.loads(ns[f"f{i}"](lambda: stack_json()))
+        assert got[1].startswith(f"gen{i}.py:2 in f{i}")
+        assert len(writer_mod._codes) <= 40 + 2 * writer_mod.STACK_LIMIT
+        del ns

@@ -16,56 +16,68 @@ from __future__ import annotations
 
 from typing import Any
 
-from faulthunt.ledger.writer import LedgerWriter
+from faulthunt.ledger.writer import LedgerWriter, stack_json
 from faulthunt.records.ledger import EVENT_ALLOC, EVENT_FREE, KIND_BLOCK, KIND_SEGMENT
 
 NAME = "cupy"
 
 
-def hook_record(hook: str, kw: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """(event, fields) for a CuPy memory-hook postprocess call, or None. Pure.
+def _num(v: Any) -> str:
+    return str(int(v)) if isinstance(v, int) else "null"
 
-    ``alloc``: device_id, mem_size, mem_ptr; ``malloc``: device_id, size, mem_size, mem_ptr,
-    pmem_id; ``free``: device_id, mem_size, mem_ptr, pmem_id (CuPy's documented keywords).
+
+def hook_record(hook: str, device_id: Any = None, size: Any = 0, mem_size: Any = 0,
+                mem_ptr: Any = 0) -> tuple[str, int, int, str, str] | None:
+    """(event, address, size, kind, more fields as ``,"k":v`` JSON) for a CuPy memory-hook
+    postprocess call, or None. Pure.
+
+    CuPy's documented keywords: ``alloc``: device_id, mem_size, mem_ptr; ``malloc``: device_id,
+    size, mem_size, mem_ptr, pmem_id; ``free``: device_id, mem_size, mem_ptr, pmem_id.
     """
-    ptr = kw.get("mem_ptr")
-    if not isinstance(ptr, int) or ptr == 0:
+    if not isinstance(mem_ptr, int) or mem_ptr == 0:
         return None
     if hook == "alloc":
-        return EVENT_ALLOC, {"address": ptr, "size": int(kw.get("mem_size", 0)), "kind": KIND_SEGMENT,
-                             "device_id": kw.get("device_id")}
+        return EVENT_ALLOC, mem_ptr, int(mem_size or 0), KIND_SEGMENT, f',"device_id":{_num(device_id)}'
     if hook == "malloc":
         # size is what the array asked for; mem_size the rounded piece of the pool: bytes between
         # the two are slack an off-by-one can hit silently.
-        return EVENT_ALLOC, {"address": ptr, "size": int(kw.get("size", kw.get("mem_size", 0))),
-                             "kind": KIND_BLOCK, "rounded_size": kw.get("mem_size"),
-                             "device_id": kw.get("device_id")}
+        return (EVENT_ALLOC, mem_ptr, int(size if size else mem_size or 0), KIND_BLOCK,
+                f',"rounded_size":{_num(mem_size)},"device_id":{_num(device_id)}')
     if hook == "free":
-        return EVENT_FREE, {"address": ptr, "kind": KIND_BLOCK, "device_id": kw.get("device_id")}
+        return EVENT_FREE, mem_ptr, 0, KIND_BLOCK, f',"device_id":{_num(device_id)}'
     return None
 
 
 def make_hook(base: type, writer: LedgerWriter) -> Any:
-    """An instance of a ``base`` (cupy.cuda.MemoryHook) subclass writing to ``writer``."""
+    """An instance of a ``base`` (cupy.cuda.MemoryHook) subclass writing to ``writer``.
+
+    Its methods take CuPy's keywords by name (cheaper than collecting ``**kw``: they run on every
+    array allocation and free) and write through the writer's hot paths.
+    """
+    alloc, free = writer.alloc, writer.free
+
+    def put(got: tuple[str, int, int, str, str] | None) -> None:
+        if got is None:
+            return
+        if got[0] == EVENT_ALLOC:
+            alloc(NAME, got[1], got[2], got[3], stack_json() if writer.alloc_stacks else None, got[4])
+        else:
+            free(NAME, got[1], got[3], None, stack_json() if writer.all_stacks else None, got[4])
 
     class LedgerHook(base):  # type: ignore[misc, valid-type]
         name = "faulthunt_ledger"
 
-        def _rec(self, hook: str, kw: dict[str, Any]) -> None:
-            got = hook_record(hook, kw)
-            if got is not None:
-                event, fields = got
-                writer.record(event, NAME, stack=writer.stack() if event == EVENT_ALLOC and writer.alloc_stacks else None,
-                              **fields)
+        def alloc_postprocess(self, device_id: Any = None, mem_size: Any = 0, mem_ptr: Any = 0,
+                              **_: Any) -> None:
+            put(hook_record("alloc", device_id, 0, mem_size, mem_ptr))
 
-        def alloc_postprocess(self, **kw: Any) -> None:
-            self._rec("alloc", kw)
+        def malloc_postprocess(self, device_id: Any = None, size: Any = 0, mem_size: Any = 0,
+                               mem_ptr: Any = 0, **_: Any) -> None:
+            put(hook_record("malloc", device_id, size, mem_size, mem_ptr))
 
-        def malloc_postprocess(self, **kw: Any) -> None:
-            self._rec("malloc", kw)
-
-        def free_postprocess(self, **kw: Any) -> None:
-            self._rec("free", kw)
+        def free_postprocess(self, device_id: Any = None, mem_size: Any = 0, mem_ptr: Any = 0,
+                             **_: Any) -> None:
+            put(hook_record("free", device_id, 0, mem_size, mem_ptr))
 
     return LedgerHook()
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from faulthunt.ledger.writer import LedgerWriter
-from faulthunt.records.ledger import EVENT_ALLOC, EVENT_FREE, KIND_DEVICE, PHASE_COMPLETED, PHASE_REQUESTED
+from faulthunt.ledger.writer import LedgerWriter, stack_json
+from faulthunt.records.ledger import KIND_DEVICE, PHASE_COMPLETED, PHASE_REQUESTED
 
 NAME = "numba"
 
@@ -51,8 +51,7 @@ def make_manager_class(base: type, writer: LedgerWriter) -> type:
                 def recording_dtor(h: Any) -> Any:
                     out = dtor(h)
                     if addr is not None:
-                        writer.record(EVENT_FREE, NAME, address=addr, kind=KIND_DEVICE,
-                                      phase=PHASE_COMPLETED)
+                        writer.free(NAME, addr, KIND_DEVICE, PHASE_COMPLETED)
                     return out
 
                 return add(recording_dtor, handle, size)
@@ -65,8 +64,7 @@ def make_manager_class(base: type, writer: LedgerWriter) -> type:
             addr = _address(mem)
             if addr is None:
                 return mem
-            writer.record(EVENT_ALLOC, NAME, address=addr, size=int(size), kind=KIND_DEVICE,
-                          stack=writer.stack() if writer.alloc_stacks else None)
+            writer.alloc(NAME, addr, int(size), KIND_DEVICE, stack_json() if writer.alloc_stacks else None)
             # The pointer numba hands out is an owner of the allocation; its free() runs when the
             # last array using it goes away (Python-level free; the driver free is queued).
             target = getattr(mem, "_mem", mem)
@@ -75,9 +73,8 @@ def make_manager_class(base: type, writer: LedgerWriter) -> type:
             def free() -> Any:
                 if not getattr(target, "_faulthunt_freed", False):
                     target._faulthunt_freed = True
-                    writer.record(EVENT_FREE, NAME, address=addr, kind=KIND_DEVICE,
-                                  phase=PHASE_REQUESTED,
-                                  stack=writer.stack() if writer.all_stacks else None)
+                    writer.free(NAME, addr, KIND_DEVICE, PHASE_REQUESTED,
+                                stack_json() if writer.all_stacks else None)
                 return orig_free()
 
             try:

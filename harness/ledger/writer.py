@@ -1,24 +1,30 @@
 """The ledger writer: one append-only JSONL file per process, ``ledger/<pid>.jsonl``.
 
-Each record is one ``write(2)`` of a whole line on an ``O_APPEND`` descriptor, so a worker that
-aborts, or is SIGKILLed, or whose CUDA context is poisoned keeps every record written before that
-moment; post-mortem CUDA queries are impossible there, so nothing is left to be asked later.
+Every completed line survives the process: by default (:data:`WRITE_ENV` ``mmap``) lines are
+copied into a shared mapping of the file, whose pages belong to the kernel's page cache, so a
+worker that aborts, is SIGKILLed, or whose CUDA context is poisoned keeps every record written
+before that moment without a system call per record; ``write`` issues one ``write(2)`` per line on
+an ``O_APPEND`` descriptor. Post-mortem CUDA queries are impossible there, so nothing is left to be
+asked later.
 
 The writer sits on the allocation and launch paths of the code under test, so it is built to be
-cheap (measured in ``scripts/benchrows/ledger.py``): records are encoded by :func:`encode_record`
-(the C JSON encoder, with already-encoded stacks spliced in),
-and stacks are taken by :func:`stack_json`, which walks frames with ``sys._getframe`` and caches
-the encoded JSON of each distinct stack, so a loop that allocates from the same line pays a dict
-lookup, not formatting and escaping. Which records carry stacks is :data:`STACKS_ENV`.
+cheap (measured in ``scripts/benchrows/ledger.py`` and, on the GPU, scripts/gpu/ledger_breakdown.py):
+the hot records (:meth:`LedgerWriter.alloc`, ``free``, ``launch``) are formatted directly, other
+records go through :func:`encode_record` (the C JSON encoder, with already-encoded stacks spliced
+in), and stacks are taken by :func:`stack_json`, which walks frames with ``sys._getframe`` and
+caches the encoded JSON of each distinct stack, so a loop that allocates from the same line pays
+dictionary lookups, not formatting and escaping. Which records carry stacks is :data:`STACKS_ENV`.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import sys
 import threading
 import time
+import weakref
 from json.encoder import encode_basestring_ascii as _esc
 from pathlib import Path
 from types import CodeType, FrameType
@@ -42,15 +48,26 @@ class RawJSON(str):
     __slots__ = ()
 
 
-_skip_code: dict[CodeType, bool] = {}
-_stack_cache: dict[tuple[Any, ...], RawJSON] = {}
+#: id(code) -> (code, left out?). Keyed by id, not by the code object: hashing a code object
+#: hashes its whole bytecode on every lookup (CPython 3.12 walks each instruction), which made a
+#: stack cost tens of microseconds. Holding the code object here keeps its id from being reused.
+_codes: dict[int, tuple[CodeType, bool]] = {}
+#: (id(code), line, ...) -> the encoded stack; valid while _codes holds those codes
+_stack_cache: dict[tuple[int, ...], RawJSON] = {}
 
 
 def _skipped(code: CodeType) -> bool:
-    s = _skip_code.get(code)
-    if s is None:
-        s = _skip_code[code] = code.co_filename.startswith(_SKIP_PREFIX)
-    return s
+    got = _codes.get(id(code))
+    if got is None:
+        got = _codes[id(code)] = (code, code.co_filename.startswith(_SKIP_PREFIX))
+    return got[1]
+
+
+def _make_room() -> None:
+    """Bound the caches (called before a walk, which adds a few dozen entries at most)."""
+    if len(_codes) >= _CACHE_MAX:
+        _codes.clear()
+        _stack_cache.clear()  # its keys name ids only _codes kept valid
 
 
 def python_stack(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> list[str]:
@@ -59,6 +76,7 @@ def python_stack(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> li
     Walks frames directly: cheaper than :mod:`traceback`, which reads source lines.
     """
     f = frame if frame is not None else sys._getframe(1)
+    _make_room()
     out: list[str] = []
     while f is not None and len(out) < limit:
         code = f.f_code
@@ -71,23 +89,30 @@ def python_stack(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> li
 def stack_json(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> RawJSON:
     """:func:`python_stack` as encoded JSON, cached per distinct (code, line) sequence."""
     f = frame if frame is not None else sys._getframe(1)
-    key: list[Any] = []
+    _make_room()
+    key: list[int] = []
+    codes = _codes
     n = 0
     while f is not None and n < limit:
         code = f.f_code
-        if not _skipped(code):
-            key.append(code)
+        got = codes.get(id(code))
+        if got is None:
+            _skipped(code)
+            got = codes[id(code)]
+        if not got[1]:
+            key.append(id(code))
             key.append(f.f_lineno)
             n += 1
         f = f.f_back
     k = tuple(key)
-    got = _stack_cache.get(k)
-    if got is None:
+    stack = _stack_cache.get(k)
+    if stack is None:
         if len(_stack_cache) >= _CACHE_MAX:
             _stack_cache.clear()
-        got = _stack_cache[k] = RawJSON("[" + ",".join(
-            _esc(f"{k[i].co_filename}:{k[i + 1]} in {k[i].co_name}") for i in range(0, len(k), 2)) + "]")
-    return got
+        stack = _stack_cache[k] = RawJSON("[" + ",".join(
+            _esc(f"{codes[k[i]][0].co_filename}:{k[i + 1]} in {codes[k[i]][0].co_name}")
+            for i in range(0, len(k), 2)) + "]")
+    return stack
 
 
 #: the C encoder, compact, no circularity check (records are flat and built here)
@@ -131,50 +156,244 @@ def stack_mode() -> str:
     return m if m in STACK_MODES else "alloc"
 
 
+#: ``mmap`` (default): records are copied into a shared mapping of the file (no system call per
+#: record; the kernel keeps the pages when the process dies); ``write``: one ``write(2)`` per record
+WRITE_ENV = "FAULTHUNT_LEDGER_WRITE"
+BACKENDS = ("mmap", "write")
+#: bytes mapped (and reserved on disk) at a time by the mmap backend
+CHUNK = 4 << 20
+
+
+def _json_str(s: str | None) -> str:
+    return "null" if s is None else _esc(s)
+
+
+def seal(path: Path | str) -> bool:
+    """Cut the reserved, never-written tail (NUL bytes) off a ledger file whose writer died.
+
+    A writer that exits normally does this itself; after a SIGKILL or an abort the file keeps the
+    zero-filled reserve past its last record, which every faulthunt reader ignores but other tools
+    (``jq``) do not. Returns True when the file was shortened. Never shortens past a record.
+    """
+    path = Path(path)
+    try:
+        with open(path, "r+b") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            end = size
+            step = 1 << 16
+            while end > 0:
+                lo = max(0, end - step)
+                fh.seek(lo)
+                block = fh.read(end - lo)
+                stripped = block.rstrip(b"\0")
+                if stripped:
+                    end = lo + len(stripped)
+                    break
+                end = lo
+            if end == size:
+                return False
+            fh.truncate(end)
+            return True
+    except OSError:
+        return False
+
+
+def seal_dead(directory: Path | str) -> list[Path]:
+    """:func:`seal` every ``<pid>.jsonl`` in ``directory`` whose process is gone; the files cut."""
+    cut = []
+    for path in Path(directory).glob("*.jsonl"):
+        try:
+            os.kill(int(path.stem), 0)
+            continue  # still running (or the pid was reused): leave it
+        except ValueError:
+            continue
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        if seal(path):
+            cut.append(path)
+    return cut
+
+
 class LedgerWriter:
     """Writes ledger records for this process; safe to share between threads and sources.
 
-    After a ``fork`` the child writes its own ``<pid>.jsonl`` (the pid is checked per record).
-    ``stacks``: which records carry a Python stack (:data:`STACK_MODES`); sources ask
-    :attr:`alloc_stacks` / :attr:`all_stacks`.
+    After a ``fork`` the child writes its own ``<pid>.jsonl``. ``stacks``: which records carry a
+    Python stack (:data:`STACK_MODES`); sources ask :attr:`alloc_stacks` / :attr:`all_stacks`.
+
+    Backends (:data:`WRITE_ENV`): ``mmap`` copies each line into a ``MAP_SHARED`` mapping of the
+    file, reserved ahead with ``posix_fallocate`` in :data:`CHUNK` pieces: no system call per
+    record, and a process killed by SIGKILL or ``abort()`` still leaves every completed line in the
+    file (the pages belong to the kernel's page cache, not the process). The unused reserve past
+    the last line reads as NUL bytes until :meth:`close` (or :func:`seal`) cuts it; the readers skip
+    it. ``write`` (also chosen when ``fsync`` is asked or the reserve cannot be made) issues one
+    ``write(2)`` per line on an ``O_APPEND`` descriptor.
+
+    The hot paths :meth:`alloc`, :meth:`free` and :meth:`launch` format their line directly (the
+    wall clock as integer nanoseconds with an ``e-9`` exponent: a JSON number that reads back as
+    ``time.time()`` would, at a third of the cost of formatting a float); :meth:`record` takes any
+    fields through the JSON encoder. Records carry ``t`` only; the file's first record (a note)
+    carries ``t_mono`` too, which is how readers relate the ledger to monotonic clocks.
     """
 
-    def __init__(self, ledger_dir: Path | str, fsync: bool = False, stacks: str | None = None) -> None:
+    def __init__(self, ledger_dir: Path | str, fsync: bool = False, stacks: str | None = None,
+                 backend: str | None = None) -> None:
         self.ledger_dir = Path(ledger_dir)
         self._fsync = fsync
         self._lock = threading.Lock()
         self._pid = -1
         self._fd = -1
+        self._mm: mmap.mmap | None = None
+        self._pos = 0          # file offset of the next byte
+        self._win = 0          # file offset of the mapped window
         self.records = 0
         self.stacks = stacks if stacks in STACK_MODES else stack_mode()
         self.alloc_stacks = self.stacks != "off"
         self.all_stacks = self.stacks == "all"
+        want = backend or os.environ.get(WRITE_ENV, "mmap")
+        self.backend = "write" if fsync or want not in BACKENDS else want
+        self._nid_src: object = object()
+        self._nid_json = "null"
+        self._names: dict[str, str] = {}
         self._open()
+        _writers.add(self)
 
+    # opening, forking, closing -----------------------------------------------------------------
     def _open(self) -> None:
         self._pid = os.getpid()
+        self._mm = None
         self.ledger_dir.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.ledger_dir / f"{self._pid}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        path = self.ledger_dir / f"{self._pid}.jsonl"
+        why = None
+        if self.backend == "mmap":
+            try:
+                self._open_mmap(path)
+            except (OSError, ValueError) as exc:
+                why = f"mmap backend unavailable ({exc}); writing with write(2)"
+                self.backend = "write"
+        if self.backend == "write":
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._put = self._put_write
+        self.record("note", "ledger", t_mono=time.monotonic(),
+                    message=f"ledger opened ({self.backend})" + (f": {why}" if why else ""))
+
+    def _open_mmap(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            pos = 0
+            if size:  # a file of an earlier process with this pid: continue after its last byte
+                seal(path)
+                pos = os.fstat(fd).st_size
+            self._fd = fd
+            self._pos = pos
+            self._map(pos - pos % CHUNK)
+            if pos and os.pread(fd, 1, pos - 1) != b"\n":
+                self._put_mmap(b"\n")  # its torn last line stays a line of its own
+        except BaseException:
+            os.close(fd)
+            self._fd = -1
+            raise
+        self._put = self._put_mmap
+
+    def _map(self, offset: int) -> None:
+        os.posix_fallocate(self._fd, offset, CHUNK)  # ENOSPC here, not SIGBUS later
+        mm = mmap.mmap(self._fd, CHUNK, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
+        if self._mm is not None:
+            self._mm.close()
+        self._mm = mm
+        self._win = offset
+
+    def _after_fork(self) -> None:
+        # The child shares the parent's mapping: drop it (unmapping in the child leaves the
+        # parent's untouched) and start the child's own file.
+        self._lock = threading.Lock()
+        if self._fd >= 0:
+            if self._mm is not None:
+                try:
+                    self._mm.close()
+                except (BufferError, ValueError):
+                    pass
+                self._mm = None
+            os.close(self._fd)
+            self._fd = -1
+            self._nid_src = object()
+            self._open()
 
     @property
     def path(self) -> Path:
         return self.ledger_dir / f"{self._pid}.jsonl"
 
+    def close(self) -> None:
+        with self._lock:
+            if self._fd < 0:
+                return
+            if self._mm is not None:
+                self._mm.close()
+                self._mm = None
+                os.ftruncate(self._fd, self._pos)  # cut the unused reserve
+            os.close(self._fd)
+            self._fd = -1
+        _writers.discard(self)
+
+    # putting bytes -------------------------------------------------------------------------------
+    def _put_write(self, data: bytes) -> None:
+        with self._lock:
+            if self._fd < 0:
+                raise ValueError("ledger writer is closed")
+            os.write(self._fd, data)
+            if self._fsync:
+                os.fsync(self._fd)
+            self.records += 1
+
+    def _put_mmap(self, data: bytes) -> None:
+        with self._lock:
+            mm = self._mm
+            if mm is None:
+                raise ValueError("ledger writer is closed")
+            lo = self._pos - self._win
+            hi = lo + len(data)
+            if hi <= CHUNK:
+                mm[lo:hi] = data
+            else:  # the line crosses into the next window
+                cut = CHUNK - lo
+                mm[lo:CHUNK] = data[:cut]
+                self._map(self._win + CHUNK)
+                rest = data[cut:]
+                while len(rest) > CHUNK:  # a line longer than a window (a huge note)
+                    self._mm[0:CHUNK] = rest[:CHUNK]  # type: ignore[index]
+                    self._map(self._win + CHUNK)
+                    rest = rest[CHUNK:]
+                self._mm[0:len(rest)] = rest  # type: ignore[index]
+            self._pos += len(data)
+            self.records += 1
+
+    _put = _put_write  # replaced per instance in _open
+
+    def put_line(self, line: str) -> None:
+        """Write one already-encoded JSON line (no newline) as it is."""
+        self._put((line + "\n").encode("utf-8"))
+
+    # records -------------------------------------------------------------------------------------
     def stack(self, frame: FrameType | None = None) -> RawJSON:
         """The caller's stack, encoded (for a record's ``stack`` field)."""
         return stack_json(frame if frame is not None else sys._getframe(1))
 
+    def _nid(self) -> str:
+        n = context.current_nodeid
+        if n is not self._nid_src:
+            self._nid_src = n
+            self._nid_json = _json_str(n)
+        return self._nid_json
+
     def record(self, event: str, source: str, *, t: float | None = None,
                t_mono: float | None = None, nodeid: Any = context, **fields: Any) -> dict[str, Any]:
-        """Write one record; ``t``/``t_mono`` default to now, ``nodeid`` to the test running."""
-        if t is None:
-            t = time.time()
-            if t_mono is None:
-                t_mono = time.monotonic()
-        rec: dict[str, Any] = {"event": event, "t": t}
+        """Write one record; ``t`` defaults to now, ``nodeid`` to the test running."""
+        rec: dict[str, Any] = {"event": event, "t": time.time() if t is None else t}
         if t_mono is not None:
             rec["t_mono"] = t_mono
-        rec["pid"] = os.getpid()
+        rec["pid"] = self._pid
         rec["nodeid"] = context.current_nodeid if nodeid is context else nodeid
         rec["source"] = source
         for k, v in fields.items():
@@ -184,20 +403,54 @@ class LedgerWriter:
         return rec
 
     def write(self, rec: dict[str, Any]) -> None:
-        """Write a prepared record as it is (one ``write(2)`` of one line)."""
-        data = (encode_record(rec) + "\n").encode("utf-8")
-        with self._lock:
-            if os.getpid() != self._pid:
-                self._open()
-            if self._fd < 0:
-                raise ValueError("ledger writer is closed")
-            os.write(self._fd, data)
-            if self._fsync:
-                os.fsync(self._fd)
-            self.records += 1
+        """Write a prepared record as it is (one line)."""
+        self._put((encode_record(rec) + "\n").encode("utf-8"))
 
-    def close(self) -> None:
-        with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+    def alloc(self, source: str, address: int, size: int, kind: str, stack: str | None = None,
+              tail: str = "") -> None:
+        """An ``alloc`` record, now, for the test running. ``tail``: more fields as ``,"k":v``."""
+        if context.current_nodeid is not self._nid_src:
+            self._nid()
+        self._put((f'{{"event":"alloc","t":{time.time_ns()}e-9,"pid":{self._pid},"nodeid":{self._nid_json},'
+                   f'"source":"{source}","address":{address},"size":{size},"kind":"{kind}"{tail}'
+                   + (f',"stack":{stack}}}\n' if stack else "}\n")).encode())
+
+    def free(self, source: str, address: int, kind: str, phase: str | None = None,
+             stack: str | None = None, tail: str = "") -> None:
+        """A ``free`` record, now, for the test running."""
+        if context.current_nodeid is not self._nid_src:
+            self._nid()
+        self._put((f'{{"event":"free","t":{time.time_ns()}e-9,"pid":{self._pid},"nodeid":{self._nid_json},'
+                   f'"source":"{source}","address":{address},"kind":"{kind}"'
+                   + (f',"phase":"{phase}"' if phase else "") + tail
+                   + (f',"stack":{stack}}}\n' if stack else "}\n")).encode())
+
+    def launch(self, source: str, kernel: str, api: str, correlation_id: int | None = None,
+               stack: str | None = None) -> None:
+        """A ``launch`` record, now, for the test running."""
+        if context.current_nodeid is not self._nid_src:
+            self._nid()
+        name = self._names.get(kernel)
+        if name is None:
+            if len(self._names) >= _CACHE_MAX:
+                self._names.clear()
+            name = self._names[kernel] = _esc(kernel)
+        self._put((f'{{"event":"launch","t":{time.time_ns()}e-9,"pid":{self._pid},"nodeid":{self._nid_json},'
+                   f'"source":"{source}","kernel":{name},"api":"{api}"'
+                   + (f',"correlation_id":{correlation_id}' if correlation_id is not None else "")
+                   + (f',"stack":{stack}}}\n' if stack else "}\n")).encode())
+
+
+#: open writers, so a fork can give each its child file
+_writers: "weakref.WeakSet[LedgerWriter]" = weakref.WeakSet()
+
+
+def _reopen_after_fork() -> None:
+    for w in list(_writers):
+        try:
+            w._after_fork()
+        except Exception as exc:  # never break the child
+            print(f"faulthunt ledger: cannot reopen after fork: {exc!r}", file=sys.stderr)
+
+
+os.register_at_fork(after_in_child=_reopen_after_fork)
