@@ -39,8 +39,10 @@ attribute-bearing objects so they are unit-tested without CUPTI.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
+import struct
 import sys
 import threading
 import time
@@ -100,6 +102,79 @@ class Clock:
         return self.mono + (ns - self.cupti_ns) / 1e9
 
 
+#: numpy (kind, itemsize) -> struct code
+_CODES = {("i", 1): "b", ("u", 1): "B", ("i", 2): "h", ("u", 2): "H", ("i", 4): "i", ("u", 4): "I",
+          ("i", 8): "q", ("u", 8): "Q"}
+
+
+class RawStruct:
+    """Reads named fields of a cupti-python record straight from its bytes, in one unpack.
+
+    cupti-python wraps each callback-data and activity record in an object whose attributes go
+    through a numpy record array: about 3 microseconds a field on the H200, so a callback that
+    read four fields cost more than the launch it watched. The record's bytes are its ``_data``
+    array; the field offsets come from cupti-python's own dtype (``callback_data_dtype``,
+    ``activity_memory4_dtype``), nested fields named ``outer.inner``. Pure given the dtype.
+    """
+
+    def __init__(self, dtype: Any, names: tuple[str, ...]) -> None:
+        spots = []
+        for name in names:
+            dt, off = dtype, 0
+            for part in name.split("."):
+                sub, o = dt.fields[part][:2]
+                dt, off = sub, off + o
+            code = _CODES.get((dt.kind, dt.itemsize))
+            if code is None:
+                raise ValueError(f"field {name} has dtype {dt}, not an integer")
+            spots.append((off, code, name))
+        order = sorted(spots)
+        fmt, at = "<", 0
+        for off, code, _name in order:
+            if off < at:
+                raise ValueError(f"fields overlap at offset {off}")
+            fmt += ("%dx" % (off - at) if off > at else "") + code
+            at = off + struct.calcsize("<" + code)
+        self.size = at
+        self._struct = struct.Struct(fmt)
+        pos = {name: i for i, (_o, _c, name) in enumerate(order)}
+        self._take = [pos[n] for n in names]
+        self.names = names
+
+    def unpack(self, data: Any) -> tuple[int, ...]:
+        """The named fields, in the order given, from a buffer holding one record."""
+        got = self._struct.unpack_from(data)
+        return tuple(got[i] for i in self._take)
+
+
+#: records of each kind whose raw decoding is compared with cupti-python's attributes
+RAW_CHECKS = 8
+#: the callback fields read per call: site, symbol (char*), return value (CUresult*), correlation
+CB_FIELDS = ("callback_site", "symbol_name", "function_return_value", "correlation_id")
+#: the MEMORY2 fields memory_record reads
+MEM_FIELDS = ("kind", "memory_operation_type", "memory_kind", "correlation_id", "address", "bytes",
+              "timestamp", "device_id", "stream_id", "is_async", "memory_pool_config.memory_pool_type",
+              "memory_pool_config.address")
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryFields:
+    """The MEMORY2 fields :func:`memory_record` reads, decoded by :class:`RawStruct`."""
+
+    kind: int
+    memory_operation_type: int
+    memory_kind: int
+    correlation_id: int
+    address: int
+    bytes: int
+    timestamp: int
+    device_id: int
+    stream_id: int
+    is_async: int
+    memory_pool_type: int
+    memory_pool_address: int
+
+
 def memory_record(act: Any, clock: Clock, pending: dict[int, tuple[str | None, list[str]]] | None = None,
                   pid: int | None = None) -> dict[str, Any] | None:
     """A ledger record from one MEMORY2 activity record (``ActivityMemory4``-like), or None.
@@ -135,10 +210,14 @@ def memory_record(act: Any, clock: Clock, pending: dict[int, tuple[str | None, l
             rec[field] = int(v)
     if getattr(act, "is_async", 0):
         rec["async"] = True
-    pool = getattr(act, "memory_pool_config", None)
-    ptype = POOL_TYPES.get(getattr(pool, "memory_pool_type", 0)) if pool is not None else None
+    if hasattr(act, "memory_pool_type"):  # flat (MemoryFields)
+        ptype, paddr = POOL_TYPES.get(act.memory_pool_type), act.memory_pool_address
+    else:
+        pool = getattr(act, "memory_pool_config", None)
+        ptype = POOL_TYPES.get(getattr(pool, "memory_pool_type", 0)) if pool is not None else None
+        paddr = getattr(pool, "address", 0)
     if ptype:
-        rec["pool"] = {"type": ptype, "address": int(getattr(pool, "address", 0))}
+        rec["pool"] = {"type": ptype, "address": int(paddr)}
     if stack:
         rec["stack"] = stack
     return rec
@@ -157,6 +236,16 @@ def callback_record(function_name: str, symbol_name: str | None, entering: bool,
     if not entering and function_name in SYNC_APIS:
         return EVENT_SYNC, {"what": SYNC_APIS[function_name], "api": function_name}
     return None
+
+
+def _failed(result_ptr: Any) -> bool:
+    """Did the API call whose ``CUresult*`` this is return an error? (Unknown: yes.)"""
+    if not isinstance(result_ptr, int) or not result_ptr:
+        return True
+    try:
+        return ctypes.c_int.from_address(result_ptr).value != 0
+    except (ValueError, OverflowError):
+        return True
 
 
 def _import() -> Any:
@@ -219,18 +308,71 @@ class CuptiSource:
         self._forced = int(c.ActivityFlag.FLUSH_FORCED)
         self._cbnames: dict[int, str] = {}
         self._cbkind: dict[int, int] = {}
+        # Field readers from cupti-python's own dtypes; each is checked against cupti-python's
+        # attributes on its first RAW_CHECKS records and dropped (attributes used) on a mismatch.
+        self._cbraw = self._raw_struct("callback_data_dtype", CB_FIELDS)
+        self._memraw = self._raw_struct("activity_memory4_dtype", MEM_FIELDS)
+        self._checks = {"callback": RAW_CHECKS, "memory": RAW_CHECKS}
+
+    def _raw_struct(self, dtype_name: str, names: tuple[str, ...]) -> RawStruct | None:
+        dtype = getattr(self.cupti, dtype_name, None)
+        if dtype is None:
+            return None
+        try:
+            return RawStruct(dtype, names)
+        except (KeyError, ValueError, TypeError) as exc:
+            self._raw_off(dtype_name, f"layout not readable ({exc})")
+            return None
+
+    def _raw_off(self, what: str, why: str) -> None:
+        if what.startswith("callback"):
+            self._cbraw = None
+        else:
+            self._memraw = None
+        msg = f"ledger: reading CUPTI {what} records field by field ({why}); slower"
+        self.say(msg)
+        self.writer.record(EVENT_NOTE, NAME, message=msg)
+
+    def _check(self, what: str, obj: Any, got: dict[str, Any]) -> None:
+        """Compare raw-decoded fields with cupti-python's attributes (first records only)."""
+        self._checks[what] -= 1
+        for field, value in got.items():
+            want = getattr(obj, field, value)
+            if want != value:
+                self._raw_off(what, f"{field}: raw {value!r} vs cupti-python {want!r}")
+                return
 
     # activity buffers ------------------------------------------------------------------------
     def _buffer_requested(self) -> tuple[int, int]:
         return 8 * 1024 * 1024, 0
 
+    def _memory_fields(self, act: Any) -> Any:
+        """The activity's fields (MemoryFields from its bytes, or the object itself), or None
+        when it is not a MEMORY2 record."""
+        raw = self._memraw
+        if raw is not None:
+            try:
+                f = MemoryFields(*raw.unpack(act._data))
+            except Exception as exc:
+                self._raw_off("memory", f"unpack failed: {exc!r}")
+            else:
+                if self._checks["memory"] > 0 and f.kind == self._memory2:
+                    self._check("memory", act, {"address": f.address, "bytes": f.bytes,
+                                                "memory_operation_type": f.memory_operation_type,
+                                                "correlation_id": f.correlation_id, "timestamp": f.timestamp})
+                    if self._memraw is None:
+                        return self._memory_fields(act)
+                return f if f.kind == self._memory2 else None
+        return act if act.kind == self._memory2 else None
+
     def _buffer_completed(self, activities: list[Any]) -> None:
         for act in activities:
             try:
-                if act.kind != self._memory2:
+                fields = self._memory_fields(act)
+                if fields is None:
                     continue
                 with self._lock:
-                    rec = memory_record(act, self.clock, self.pending, self.pid)
+                    rec = memory_record(fields, self.clock, self.pending, self.pid)
                 if rec is not None:
                     if rec["nodeid"] is None:
                         rec["nodeid"] = context.current_nodeid
@@ -267,7 +409,19 @@ class CuptiSource:
                 self._cbnames[cbid] = name
             if not kind:
                 return
-            entering = cbdata.callback_site == self._enter
+            raw = self._cbraw
+            if raw is not None:
+                try:
+                    site, sym, retp, cid = raw.unpack(cbdata._data)
+                except Exception as exc:
+                    self._raw_off("callback", f"unpack failed: {exc!r}")
+                else:
+                    if self._checks["callback"] > 0:
+                        self._check("callback", cbdata, {"callback_site": site, "correlation_id": cid})
+                        raw = self._cbraw
+            if raw is None:
+                site, sym, cid = cbdata.callback_site, None, cbdata.correlation_id
+            entering = site == self._enter
             if kind == _ALLOC or kind == _FREE:
                 if entering:
                     stack = (stack_json() if (self.writer.alloc_stacks if kind == _ALLOC
@@ -275,7 +429,7 @@ class CuptiSource:
                     with self._lock:
                         if len(self.pending) >= MAX_PENDING:
                             self.pending.pop(next(iter(self.pending)))
-                        self.pending[cbdata.correlation_id] = (context.current_nodeid, stack)
+                        self.pending[cid] = (context.current_nodeid, stack)
                     self.dirty = True
                 return
             if kind == _LAUNCH:
@@ -284,14 +438,24 @@ class CuptiSource:
                 if self.dirty and (self.flush_on_launch
                                    or time.monotonic() - self._last_flush >= FLUSH_GAP):
                     self._flush_forced("launch")
-                got = callback_record(self._cbnames.get(cbid) or cbdata.function_name,
-                                      getattr(cbdata, "symbol_name", None), True, cbdata.correlation_id)
+                if raw is not None:
+                    symbol = ctypes.string_at(sym).decode("utf-8", "replace") if sym else None
+                    if self._checks["callback"] > 0:
+                        self._check("callback", cbdata, {"symbol_name": symbol})
+                        if self._cbraw is None:
+                            symbol = getattr(cbdata, "symbol_name", None)
+                else:
+                    symbol = getattr(cbdata, "symbol_name", None)
+                got = callback_record(self._cbnames.get(cbid) or cbdata.function_name, symbol, True, cid)
                 if got is not None:
-                    self.writer.record(got[0], NAME, **got[1],
+                    f = got[1]
+                    self.writer.launch(NAME, f["kernel"], f["api"], f["correlation_id"],
                                        stack=stack_json() if self.writer.all_stacks else None)
                 return
             if not entering:  # _SYNC: on return; a fault is reported here, so flush first
-                if self.dirty:
+                if self.dirty and (self.flush_on_launch or _failed(retp if raw is not None else
+                                                                   getattr(cbdata, "function_return_value", 0))
+                                   or time.monotonic() - self._last_flush >= FLUSH_GAP):
                     self._flush_forced("sync")
                 got = callback_record(self._cbnames.get(cbid) or cbdata.function_name, None, False, None)
                 if got is not None:
