@@ -22,11 +22,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from faulthunt.errors import InputError, UsageError
-from faulthunt.ledger.reader import Ledger, Life, PidLedger, load_ledger
+from faulthunt.ledger.reader import Ledger, Life, PidLedger, load_ledger, no_gc
+from faulthunt.ledger.writer import seal_dead
 from faulthunt.records.ledger import KIND_SEGMENT
 
 PAGE_SIZE = 4096
@@ -422,6 +424,15 @@ def map_address(ledger: Ledger, address: int, *, pid: int | None = None, at: flo
 
 # --- a whole run ------------------------------------------------------------------------------
 
+
+def map_each(ledger: Ledger, queries: Iterable[tuple[int, int | None]], *, at: float | None = None,
+             page: bool = False) -> Iterator[Verdict]:
+    """:func:`map_address` for each ``(address, pid)``, one verdict at a time, with the cyclic
+    garbage collector paused while it runs (see :func:`~faulthunt.ledger.reader.no_gc`)."""
+    with no_gc():
+        for address, pid in queries:
+            yield map_address(ledger, address, pid=pid, at=at, page=page)
+
 def _kernel_matches(recorded: str, named: str) -> bool:
     a = recorded.split("(")[0].strip()
     b = named.split("(")[0].strip()
@@ -453,6 +464,7 @@ def _fault_time_kernel(ledger: Ledger, kernel: str | None) -> tuple[int | None, 
 def _safe_load(directory: Path) -> Ledger | None:
     if not directory.is_dir() or not any(directory.glob("*.jsonl")):
         return None
+    seal_dead(directory)
     return load_ledger(directory)
 
 

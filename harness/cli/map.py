@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from faulthunt.ledger.reader import load_ledger
-    from faulthunt.mapper import map_address, map_run, parse_address
+    from faulthunt.mapper import map_each, map_run, parse_address
     from faulthunt.rundir import Layout, resolve_run_dir
 
     addresses = [parse_address(a) for a in args.addresses]
@@ -52,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"faulthunt map: skipped {ledger.skipped} malformed ledger line(s)"
               + (f" (torn last line in {len(ledger.torn_files)} file(s): a writer was killed)"
                  if ledger.torn_files else ""), file=sys.stderr)
-    for addr in addresses:
-        v = map_address(ledger, addr, pid=args.pid, at=args.at, page=args.page)
+    for v in map_each(ledger, ((a, args.pid) for a in addresses), at=args.at, page=args.page):
         if args.json:
             print(json.dumps(v.to_json()), flush=True)
         else:

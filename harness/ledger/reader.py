@@ -60,7 +60,7 @@ class Life:
         self.rec = rec
         self.free: dict[str, Any] | None = None
         self.completed: float | None = None
-        self.also: list[str] = []
+        self.also: tuple[str, ...] = ()  # a tuple: most lives never get one, and lists cost
 
     def live_at(self, t: float) -> bool:
         return self.t0 <= t and (self.t1 is None or self.t1 > t)
@@ -279,9 +279,14 @@ class Ledger:
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    # Loading makes millions of long-lived objects and no cycles; the cyclic collector would
-    # rescan them again and again (it more than doubled load time of a 1M-record ledger).
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector (reference counting still frees everything).
+
+    Loading makes millions of long-lived objects and no cycles; the cyclic collector would
+    rescan them again and again (it more than doubled load time of a 1M-record ledger). Mapping
+    against a loaded ledger allocates small results, and each collection they trigger rescans
+    the whole ledger too (two thirds of mapping 10,000 addresses against 1M records).
+    """
     was = gc.isenabled()
     gc.disable()
     try:
@@ -298,7 +303,7 @@ def _level_of(kind: str) -> int:
 def build_ledger(records: Iterable[dict[str, Any]], *, skipped: int = 0,
                  files: tuple[str, ...] = (), torn_files: tuple[str, ...] = ()) -> Ledger:
     """Replay records (any order; sorted by ``t`` per pid here) into a :class:`Ledger`. Pure."""
-    with _no_gc():
+    with no_gc():
         return _build(records, skipped, files, torn_files)
 
 
@@ -351,18 +356,21 @@ def _replay(pid: int | None, recs: list[dict[str, Any]]) -> PidLedger:
     current_test: object = object()
     unmatched = 0
     mono_offset: float | None = None
+    alloc_, free_, launch_, sync_, block_ = EVENT_ALLOC, EVENT_FREE, EVENT_LAUNCH, EVENT_SYNC, KIND_BLOCK
     for rec in recs:
         event = rec["event"]
-        t = float(rec["t"])
+        t = rec["t"]
+        if type(t) is not float:
+            t = float(t)
         nodeid = rec.get("nodeid")
         if nodeid != current_test:
             tests.append((t, nodeid))
             current_test = nodeid
         if mono_offset is None and isinstance(rec.get("t_mono"), (int, float)):
             mono_offset = t - float(rec["t_mono"])
-        if event == EVENT_ALLOC:
+        if event == alloc_:
             kind = rec.get("kind") or KIND_DEVICE
-            level = _level_of(kind)
+            level = 1 if kind == block_ else 0
             addr = rec["address"]
             old = live_at[level].get(addr)
             if old is not None:
@@ -370,7 +378,7 @@ def _replay(pid: int | None, recs: list[dict[str, Any]]) -> PidLedger:
                     # The same allocation seen by two sources (CUPTI and a framework hook).
                     src = rec.get("source")
                     if src and src != old.rec.get("source") and src not in old.also:
-                        old.also.append(src)
+                        old.also = (*old.also, src)
                     if kind == KIND_SEGMENT:
                         old.kind = KIND_SEGMENT
                     if old.rec.get("stack") is None and rec.get("stack") is not None:
@@ -383,7 +391,7 @@ def _replay(pid: int | None, recs: list[dict[str, Any]]) -> PidLedger:
             life = Life(rec, kind, addr, rec["size"], t)
             lives[level].append(life)
             live_at[level][addr] = life
-        elif event == EVENT_FREE:
+        elif event == free_:
             addr = rec["address"]
             kind = rec.get("kind")
             order = (1,) if kind == KIND_BLOCK else (0,) if kind in (KIND_DEVICE, KIND_SEGMENT) else (0, 1)
@@ -405,9 +413,9 @@ def _replay(pid: int | None, recs: list[dict[str, Any]]) -> PidLedger:
                         break
                 else:
                     unmatched += 1
-        elif event == EVENT_LAUNCH:
+        elif event == launch_:
             launches.append(rec)
-        elif event == EVENT_SYNC:
+        elif event == sync_:
             syncs.append(t)
     t_first = float(recs[0]["t"]) if recs else 0.0
     t_last = float(recs[-1]["t"]) if recs else 0.0
@@ -440,9 +448,12 @@ def read_ledger_file(path: Path) -> JsonlRead:
     """Read one ledger file: the whole file in one JSON parse when every line is good (ledgers
     run to a million lines), else line by line through the tolerant reader."""
     try:
-        text = path.read_bytes().decode("utf-8", "replace")
+        data = path.read_bytes()
     except OSError:
         return read_jsonl(path)  # raises the RunDirError with the reason
+    if data.endswith(b"\0"):  # the unwritten reserve of a writer that died (writer.seal)
+        data = data.rstrip(b"\0")
+    text = data.decode("utf-8", "replace")
     if text.endswith("\n"):
         # One parse for the whole file; a blank, torn or junk line breaks it and we fall back.
         try:
@@ -459,13 +470,9 @@ def iter_file_records(path: Path) -> tuple[Iterator[dict[str, Any]], JsonlRead]:
     got = read_ledger_file(path)
     pid = _pid_from_name(path)
 
-    def gen() -> Iterator[dict[str, Any]]:
-        for rec in got.records:
-            if "pid" not in rec and pid is not None:
-                rec = {**rec, "pid": pid}
-            yield rec
-
-    return gen(), got
+    if pid is None:
+        return iter(got.records), got
+    return iter([rec if "pid" in rec else {**rec, "pid": pid} for rec in got.records]), got
 
 
 def load_ledger(source: Path | Iterable[Path]) -> Ledger:
@@ -477,7 +484,7 @@ def load_ledger(source: Path | Iterable[Path]) -> Ledger:
     all_records: list[dict[str, Any]] = []
     skipped = 0
     torn: list[str] = []
-    with _no_gc():
+    with no_gc():
         for path in files:
             gen, got = iter_file_records(path)
             all_records.extend(gen)
@@ -494,5 +501,5 @@ def parse_ledger_text(text: str) -> Ledger:
     return build_ledger(got.records, skipped=got.skipped)
 
 
-__all__ = ["Ledger", "PidLedger", "LevelIndex", "Life", "load_ledger", "build_ledger",
+__all__ = ["no_gc", "Ledger", "PidLedger", "LevelIndex", "Life", "load_ledger", "build_ledger",
            "parse_ledger_text", "KIND_SEGMENT"]
