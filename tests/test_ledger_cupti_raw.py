@@ -161,3 +161,142 @@ def test_a_layout_that_disagrees_with_cupti_python_falls_back(tmp_path, monkeypa
     assert events == ["alloc", "launch", "sync"]  # nothing lost: the attributes were used instead
     if what == "memory":
         assert [r["address"] for r in recs if r["event"] == "alloc"] == [1]  # cupti-python's value wins
+
+
+# --- the direct route: real ctypes callbacks, a stand-in libcupti --------------------------------
+
+from faulthunt.ledger import cupti_direct  # noqa: E402
+
+
+class _FakeLib:
+    """libcupti's functions as the direct route calls them; callbacks go back through real ctypes
+    function pointers (the CFUNCTYPE objects registered), records through real memory."""
+
+    RECORD = MEMORY4.itemsize
+
+    def __init__(self):
+        self.cb = self.requested = self.completed = None
+        self.enabled = []
+        self.flushes = 0
+        self.pending: list[bytes] = []
+        for name in ("cuptiSubscribe_v2", "cuptiEnableCallback", "cuptiUnsubscribe", "cuptiActivityRegisterCallbacks",
+                     "cuptiActivityGetNextRecord", "cuptiActivityEnable", "cuptiActivityDisable",
+                     "cuptiActivityFlushAll"):
+            method = getattr(self, "_" + name)
+            setattr(self, name, lambda *a, _m=method: _m(*a))  # functions take argtypes/restype
+
+    def _cuptiSubscribe_v2(self, handle_ref, fn, _u, _params):
+        self.cb = fn
+        handle_ref._obj.value = 77
+        return 0
+
+    def _cuptiEnableCallback(self, enable, sub, domain, cbid):
+        assert sub == 77
+        self.enabled.append(cbid)
+        return 0
+
+    def _cuptiUnsubscribe(self, sub):
+        return 0
+
+    def _cuptiActivityRegisterCallbacks(self, req, comp):
+        self.requested, self.completed = req, comp
+        return 0
+
+    def _cuptiActivityEnable(self, kind):
+        return 0
+
+    _cuptiActivityDisable = _cuptiActivityEnable
+
+    def _cuptiActivityGetNextRecord(self, buffer, valid, rec_ref):
+        rec = rec_ref._obj
+        nxt = buffer if not rec.value else rec.value + self.RECORD
+        if nxt + self.RECORD > buffer + valid:
+            return 12  # CUPTI_ERROR_MAX_LIMIT_REACHED: no more records
+        rec.value = nxt
+        return 0
+
+    def _cuptiActivityFlushAll(self, flag):
+        self.flushes += 1
+        if not self.pending:
+            return 0
+        buf, size, most = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+        self.requested(ctypes.pointer(buf), ctypes.pointer(size), ctypes.pointer(most))
+        assert size.value >= len(self.pending) * self.RECORD
+        data = b"".join(self.pending)
+        self.pending = []
+        ctypes.memmove(buf.value, data, len(data))
+        self.completed(None, 0, buf.value, size.value, len(data))
+        return 0
+
+
+class _DirectCupti(_RawCupti):
+    class Result(_FakeCupti.Result):
+        ERROR_MAX_LIMIT_REACHED = 12
+
+
+def _memory_bytes(**fields):
+    rec = np.zeros(1, dtype=MEMORY4)
+    for k, v in fields.items():
+        rec[k] = v
+    return rec.tobytes()
+
+
+def _callback_struct(site, cid, symbol=None, keep=None):
+    rec = np.zeros(1, dtype=CALLBACK_DATA)
+    rec["callback_site"], rec["correlation_id"] = site, cid
+    if symbol is not None:
+        buf = ctypes.create_string_buffer(symbol.encode())
+        keep.append(buf)
+        rec["symbol_name"] = ctypes.addressof(buf)
+    ok = ctypes.c_int(0)
+    keep += [ok, rec]
+    rec["function_return_value"] = ctypes.addressof(ok)
+    return rec.ctypes.data
+
+
+def test_direct_route_records_through_real_ctypes_callbacks(tmp_path, monkeypatch):
+    lib = _FakeLib()
+    monkeypatch.setattr(cupti_source, "_import", lambda: _DirectCupti())
+    monkeypatch.setattr(cupti_direct, "loaded_libcupti", lambda: "/fake/libcupti.so.13")
+    monkeypatch.setattr(cupti_direct, "_load", lambda path: lib)
+    monkeypatch.delenv(cupti_direct.CALL_ENV, raising=False)
+    w = LedgerWriter(tmp_path)
+    src = cupti_source.start(w)
+    src._stop.set()
+    assert src.route == "direct" and sorted(lib.enabled) == [17, 34, 307]
+    keep: list = []
+    lib.pending.append(_memory_bytes(kind=MEMORY2, memory_operation_type=OP_ALLOCATION, memory_kind=3,
+                                     correlation_id=5, address=BASE, bytes=4000, timestamp=5_000_100_000))
+    lib.pending.append(_memory_bytes(kind=MEMORY2, memory_operation_type=OP_RELEASE, memory_kind=3,
+                                     correlation_id=9, address=BASE, bytes=4000, timestamp=5_000_300_000))
+    lib.cb(None, 1, 34, _callback_struct(0, 5, keep=keep))          # cuMemAlloc_v2 enter
+    lib.cb(None, 1, 34, _callback_struct(1, 5, keep=keep))          # exit
+    lib.cb(None, 1, 307, _callback_struct(0, 6, "_Z4pokePfx", keep))  # cuLaunchKernel enter: flushes
+    lib.cb(None, 1, 307, _callback_struct(1, 6, "_Z4pokePfx", keep))
+    lib.cb(None, 1, 17, _callback_struct(1, 7, keep=keep))          # cuCtxSynchronize exit
+    src.stop()
+    w.close()
+    recs = [json.loads(x) for x in (tmp_path / f"{os.getpid()}.jsonl").read_text().splitlines()]
+    assert any(r.get("message", "").startswith("ledger: CUPTI calls direct") for r in recs)
+    events = [(r["event"], r.get("address"), r.get("kernel")) for r in recs if r["event"] != "note"]
+    assert events == [("alloc", BASE, None), ("free", BASE, None), ("launch", None, "_Z4pokePfx"), ("sync", None, None)]
+    alloc = recs[[r["event"] for r in recs].index("alloc")]
+    assert alloc["size"] == 4000 and alloc["stack"] and alloc["correlation_id"] == 5
+    assert lib.flushes >= 2
+
+
+def test_direct_route_is_skipped_with_the_reason(monkeypatch):
+    monkeypatch.setenv(cupti_direct.CALL_ENV, "python")
+    assert cupti_direct.direct(_DirectCupti(), RawStruct) == (None, f"{cupti_direct.CALL_ENV}=python")
+    monkeypatch.delenv(cupti_direct.CALL_ENV)
+    monkeypatch.setattr(cupti_direct, "loaded_libcupti", lambda: None)
+    assert "not among this process's loaded libraries" in cupti_direct.direct(_DirectCupti(), RawStruct)[1]
+    assert "has no callback_data_dtype" in cupti_direct.direct(_FakeCupti(), RawStruct)[1]
+
+
+def test_loaded_libcupti_reads_the_maps_file(tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libc.so.6\n"
+                    "7f02-7f03 r-xp 00000000 08:01 2 /opt/x/nvidia/cu13/lib/libcupti.so.13\n")
+    assert cupti_direct.loaded_libcupti(str(maps)) == "/opt/x/nvidia/cu13/lib/libcupti.so.13"
+    assert cupti_direct.loaded_libcupti(str(tmp_path / "none")) is None

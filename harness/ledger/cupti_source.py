@@ -277,6 +277,13 @@ class CuptiSource:
 
     def __init__(self, writer: LedgerWriter, say: Callable[[str], None]) -> None:
         self.cupti = _import()
+        from faulthunt.ledger.cupti_direct import direct
+
+        # the hot paths through ctypes (see cupti_direct); cupti-python's route if that fails
+        bound, self.direct_problem = direct(self.cupti, RawStruct)
+        if bound is not None:
+            self.cupti = bound
+        self.route = "direct" if bound is not None else "cupti-python"
         self.writer = writer
         self.say = say
         self.pending: dict[int, tuple[str | None, Any]] = {}
@@ -470,6 +477,9 @@ class CuptiSource:
 
     def start(self) -> None:
         c = self.cupti
+        self.writer.record(EVENT_NOTE, NAME, message=(
+            "ledger: CUPTI calls direct (ctypes on cupti-python's libcupti)" if self.route == "direct" else
+            f"ledger: CUPTI calls through cupti-python ({self.direct_problem})"))
         c.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         c.activity_enable(c.ActivityKind.MEMORY2)
         params = c.SubscriberParams()

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ledger_probe import SRC  # noqa: E402
 
 CONFIGS = ("off", "refine", "act_mem", "sub_noop_launch", "sub_fields_launch", "cupti", "auto",
-           "auto_nostack", "auto_write", "act_kernel", "writer3")
+           "auto_py", "auto_nostack", "auto_write", "act_kernel", "writer3")
 LAUNCH = ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz")
 OTHER = ("cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemFreeAsync", "cuCtxSynchronize",
          "cuStreamSynchronize")
@@ -76,7 +76,9 @@ def _cupti_raw(config: str) -> dict:
 def run_loop(fw: str, config: str, n: int, ledger_dir: str) -> None:
     raw = None
     writer = None
-    if config in ("refine", "cupti", "auto", "auto_nostack", "auto_write"):
+    if config in ("refine", "cupti", "auto", "auto_py", "auto_nostack", "auto_write"):
+        if config == "auto_py":  # CUPTI through cupti-python's own callbacks and records
+            os.environ["FAULTHUNT_LEDGER_CUPTI_CALL"] = "python"
         if config == "auto_nostack":
             os.environ["FAULTHUNT_LEDGER_STACKS"] = "off"
         if config == "auto_write":
