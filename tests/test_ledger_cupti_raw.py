@@ -300,3 +300,24 @@ def test_loaded_libcupti_reads_the_maps_file(tmp_path):
                     "7f02-7f03 r-xp 00000000 08:01 2 /opt/x/nvidia/cu13/lib/libcupti.so.13\n")
     assert cupti_direct.loaded_libcupti(str(maps)) == "/opt/x/nvidia/cu13/lib/libcupti.so.13"
     assert cupti_direct.loaded_libcupti(str(tmp_path / "none")) is None
+
+
+def test_sync_flushes_at_once_only_when_it_failed(tmp_path, monkeypatch):
+    fake = _RawCupti()
+    monkeypatch.setattr(cupti_source, "_import", lambda: fake)
+    w = LedgerWriter(tmp_path)
+    src = cupti_source.start(w)
+    src._stop.set()
+    keep: list = []
+    fake.cb(None, 1, 34, _cb(0, 5, "cuMemAlloc_v2", keep=keep))
+    fake.cb(None, 1, 307, _cb(0, 6, "cuLaunchKernel", "_Z1kv", keep=keep))  # first launch: flushes
+    assert fake.flushes == 1 and not src.dirty
+    fake.cb(None, 1, 34, _cb(0, 8, "cuMemAlloc_v2", keep=keep))
+    ok = _cb(1, 9, "cuCtxSynchronize", keep=keep)
+    fake.cb(None, 1, 17, ok)  # succeeded, within FLUSH_GAP of the last flush: the period will do
+    assert fake.flushes == 1 and src.dirty
+    failed = _cb(1, 10, "cuCtxSynchronize", keep=keep)
+    ctypes.c_int.from_address(failed.attrs["function_return_value"]).value = 700  # ILLEGAL_ADDRESS
+    fake.cb(None, 1, 17, failed)
+    assert fake.flushes == 2 and not src.dirty
+    w.close()

@@ -22,8 +22,9 @@ about a millisecond, so forcing it before every launch that follows an allocatio
 allocation-heavy loop 12x slower on the H200. The default policy (``FAULTHUNT_LEDGER_FLUSH=sync``):
 force a flush before a launch that follows an allocation only if the last forced flush is at least
 :data:`FLUSH_GAP` old (so the first launch after a quiet spell, the usual faulting test, has its
-allocation on disk before it starts), at every synchronization that returns (the path a fault is
-reported on), from a background thread every :data:`FLUSH_GAP` while records are pending, and at
+allocation on disk before it starts), at a synchronization that returns with records pending
+(at once if it failed, the path a fault is reported on; else on the same :data:`FLUSH_GAP` rate),
+from a background thread every :data:`FLUSH_GAP` while records are pending, and at
 exit. What a hard kill (SIGKILL, abort) can then lose is the driver-level allocations of the last
 :data:`FLUSH_GAP` seconds; framework refinements (numba, CuPy, torch) write synchronously and lose
 nothing. ``FAULTHUNT_LEDGER_FLUSH=launch`` restores the strict flush before every such launch.
@@ -33,8 +34,11 @@ Only one CUPTI subscriber may exist per process (Nsight Systems, another profile
 ``subscribe_v2`` fails with ``ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED``; the ledger says who holds it
 and falls back to activity records alone (allocations, no launches or stacks).
 
-The pure parts (:func:`memory_record`, :func:`callback_record`, :class:`Clock`) take plain
-attribute-bearing objects so they are unit-tested without CUPTI.
+The hot paths (callbacks, activity buffers) run through ctypes on the same libcupti
+(:mod:`.cupti_direct`), and fields are read from record bytes (:class:`RawStruct`): cupti-python's
+per-record numpy-backed objects cost more than the launches they describe. The pure parts
+(:func:`memory_record`, :func:`callback_record`, :class:`Clock`, :class:`RawStruct`) take plain
+objects and bytes so they are unit-tested without CUPTI.
 """
 
 from __future__ import annotations

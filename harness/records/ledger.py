@@ -1,7 +1,9 @@
 """Allocation-ledger records: what each ``ledger/<pid>.jsonl`` line holds (docs/ledger.md).
 
-One JSON object a line. Every record has ``event``, ``t`` (wall clock, ``time.time()``), ``t_mono``
-(``time.monotonic()``, comparable with kernel-log timestamps), ``pid``, ``nodeid`` (the test
+One JSON object a line. Every record has ``event``, ``t`` (wall clock, ``time.time()``; the
+writer's hot paths spell it as integer nanoseconds with an ``e-9`` exponent), optionally ``t_mono``
+(``time.monotonic()``, comparable with kernel-log timestamps: on the writer's opening note and on
+CUPTI records), ``pid``, ``nodeid`` (the test
 running, or null) and ``source`` (who recorded it: ``cupti``, ``numba``, ``cupy``, ``torch``,
 ``cuda_core``, ``synthetic``...). Events:
 
