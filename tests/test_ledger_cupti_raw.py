@@ -257,7 +257,7 @@ def _callback_struct(site, cid, symbol=None, keep=None):
 def test_direct_route_records_through_real_ctypes_callbacks(tmp_path, monkeypatch):
     lib = _FakeLib()
     monkeypatch.setattr(cupti_source, "_import", lambda: _DirectCupti())
-    monkeypatch.setattr(cupti_direct, "loaded_libcupti", lambda: "/fake/libcupti.so.13")
+    monkeypatch.setattr(cupti_direct, "loaded_libcupti", lambda major=None: "/fake/libcupti.so.13")
     monkeypatch.setattr(cupti_direct, "_load", lambda path: lib)
     monkeypatch.delenv(cupti_direct.CALL_ENV, raising=False)
     w = LedgerWriter(tmp_path)
@@ -289,8 +289,8 @@ def test_direct_route_is_skipped_with_the_reason(monkeypatch):
     monkeypatch.setenv(cupti_direct.CALL_ENV, "python")
     assert cupti_direct.direct(_DirectCupti(), RawStruct) == (None, f"{cupti_direct.CALL_ENV}=python")
     monkeypatch.delenv(cupti_direct.CALL_ENV)
-    monkeypatch.setattr(cupti_direct, "loaded_libcupti", lambda: None)
-    assert "not among this process's loaded libraries" in cupti_direct.direct(_DirectCupti(), RawStruct)[1]
+    monkeypatch.setattr(cupti_direct, "loaded_libcupti", lambda major=None: None)
+    assert "no single loaded libcupti" in cupti_direct.direct(_DirectCupti(), RawStruct)[1]
     assert "has no callback_data_dtype" in cupti_direct.direct(_FakeCupti(), RawStruct)[1]
 
 
@@ -300,6 +300,12 @@ def test_loaded_libcupti_reads_the_maps_file(tmp_path):
                     "7f02-7f03 r-xp 00000000 08:01 2 /opt/x/nvidia/cu13/lib/libcupti.so.13\n")
     assert cupti_direct.loaded_libcupti(str(maps)) == "/opt/x/nvidia/cu13/lib/libcupti.so.13"
     assert cupti_direct.loaded_libcupti(str(tmp_path / "none")) is None
+    # a second copy (a framework's own, another CUDA major): the one matching cupti-python's major
+    with maps.open("a") as fh:
+        fh.write("7f04-7f05 r-xp 00000000 08:01 3 /opt/torch/nvidia/cuda_cupti/lib/libcupti.so.12\n")
+    assert cupti_direct.loaded_libcupti(str(maps)) is None  # two candidates, no major: no answer
+    assert cupti_direct.loaded_libcupti(str(maps), major=13) == "/opt/x/nvidia/cu13/lib/libcupti.so.13"
+    assert cupti_direct.loaded_libcupti(str(maps), major=11) is None
 
 
 def test_sync_flushes_at_once_only_when_it_failed(tmp_path, monkeypatch):

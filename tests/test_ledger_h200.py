@@ -83,3 +83,39 @@ def test_sanitizer_verdict_malformed_cases():
     bad = sanitizer_verdict(0, {"base": 100, "size": 4, "relation": "after", "distance": 1})
     assert bad["verdict"] is None and "does not fit" in bad["reason"]
     assert sanitizer_verdict(96, {"base": 100, "size": 4, "relation": "before", "distance": 4})["verdict"] == "before_start"
+
+
+# --- round 3 (2026-12-02 18:43 UTC): ledgers written by the memory-mapped writer and the direct
+# CUPTI route (tests/data/ledger/PROVENANCE.md, h200_round3/) ----------------------------------
+
+ROUND3 = DATA / "h200_round3" / "cases"
+
+
+def _xid31(case: str):
+    from faulthunt.kernlog.parse import parse_text as parse_kernlog
+
+    events = [e for e in parse_kernlog((ROUND3 / case / f"{case}.dmesg.txt").read_text()) if e.xid == 31]
+    assert len(events) == 1
+    return events[0]
+
+
+def test_round3_cuda_core_async_pool_overrun_is_past_end_from_the_xid_page():
+    ev = _xid31("cuda_core_past_end")
+    L = load_ledger(ROUND3 / "cuda_core_past_end")
+    pl = L.pid(ev.pid)
+    assert pl is not None and pl.mono_offset is not None  # from the writer's opening note
+    at = ev.ts + pl.mono_offset  # the Xid's kernel-log time on the ledger's clock
+    v = map_address(L, ev.mmu.address, pid=ev.pid, at=at, page=True)
+    # a 64 MiB allocation from the stream-ordered pool (CUPTI MEMORY2, async), 1 MiB past its end
+    assert v.verdict == "past_end" and v.offset == (68157440, 68161535)
+    assert v.allocation["source"] == "cupti" and v.allocation["size"] == 64 << 20
+    assert v.allocation["stack"]  # the Python stack joined to the MEMORY2 record by correlation id
+    assert [k["kernel"] for k in v.launches] == ["poke"]
+
+
+def test_round3_cupy_wild_write_is_unmapped():
+    ev = _xid31("cupy_wild")
+    L = load_ledger(ROUND3 / "cupy_wild")
+    assert L.skipped == 0
+    v = map_address(L, ev.mmu.address, pid=ev.pid, page=True)
+    assert v.verdict == "unmapped" and v.below is not None

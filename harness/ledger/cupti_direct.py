@@ -49,18 +49,37 @@ COMPLETED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_vo
                              ctypes.c_size_t)
 
 
-def loaded_libcupti(maps: str = "/proc/self/maps") -> str | None:
-    """The path of the libcupti this process has loaded (cupti-python's), or None."""
+def loaded_libcupti(maps: str = "/proc/self/maps", major: int | None = None) -> str | None:
+    """The path of the libcupti this process has loaded (cupti-python's), or None.
+
+    Another copy can be in the process too (a framework's profiler bringing the libcupti of its
+    own CUDA major); with ``major`` only ``libcupti.so.<major>`` counts, and more than one
+    candidate left is no answer (the direct route is then not used).
+    """
+    found: list[str] = []
     try:
         with open(maps, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 if "libcupti.so" in line:
                     path = line.split(None, 5)[-1].strip()
-                    if path.startswith("/"):
-                        return path
+                    if path.startswith("/") and path not in found:
+                        found.append(path)
     except OSError:
         return None
-    return None
+    if major is not None:
+        found = [p for p in found if os.path.basename(p).startswith(f"libcupti.so.{major}")] or \
+                [p for p in found if os.path.basename(p) == "libcupti.so"]
+    return found[0] if len(found) == 1 else None
+
+
+def cupti_python_major() -> int | None:
+    """The CUDA major cupti-python was built for (its release number's first part), or None."""
+    try:
+        from importlib.metadata import version
+
+        return int(version("cupti-python").split(".")[0])
+    except Exception:
+        return None
 
 
 class RawCallbackData:
@@ -121,6 +140,7 @@ class DirectCupti:
     def __init__(self, cupti: Any, lib: Any, raw_struct: Callable[[Any, tuple[str, ...]], Any]) -> None:
         self._cupti = cupti
         self.lib = lib
+        self.path = ""  # the library's file, for the ledger's note
         self.cuptiError = cupti.cuptiError
         self._end = int(cupti.Result.ERROR_MAX_LIMIT_REACHED)
         self._cb_layout = Layout(cupti.callback_data_dtype, raw_struct)
@@ -235,10 +255,14 @@ def direct(cupti: Any, raw_struct: Callable[[Any, tuple[str, ...]], Any]) -> tup
     for need in ("callback_data_dtype", "activity_memory4_dtype"):
         if getattr(cupti, need, None) is None:
             return None, f"cupti-python has no {need}"
-    path = loaded_libcupti()
+    major = cupti_python_major()
+    path = loaded_libcupti(major=major)
     if path is None:
-        return None, "libcupti is not among this process's loaded libraries"
+        return None, ("no single loaded libcupti" + (f".so.{major}" if major else "")
+                      + " among this process's libraries")
     try:
-        return DirectCupti(cupti, _load(path), raw_struct), None
+        bound = DirectCupti(cupti, _load(path), raw_struct)
+        bound.path = path
+        return bound, None
     except (OSError, AttributeError) as exc:
         return None, f"{path}: {exc}"

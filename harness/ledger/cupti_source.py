@@ -482,7 +482,8 @@ class CuptiSource:
     def start(self) -> None:
         c = self.cupti
         self.writer.record(EVENT_NOTE, NAME, message=(
-            "ledger: CUPTI calls direct (ctypes on cupti-python's libcupti)" if self.route == "direct" else
+            f"ledger: CUPTI calls direct (ctypes on cupti-python's libcupti, {getattr(c, 'path', '')})"
+            if self.route == "direct" else
             f"ledger: CUPTI calls through cupti-python ({self.direct_problem})"))
         c.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         c.activity_enable(c.ActivityKind.MEMORY2)
