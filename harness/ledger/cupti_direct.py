@@ -82,25 +82,13 @@ def cupti_python_major() -> int | None:
         return None
 
 
-class RawCallbackData:
-    """A callback's ``CUpti_CallbackData`` as bytes, read lazily by field name."""
+class RawRecord:
+    """A CUPTI record as bytes (a callback's ``CUpti_CallbackData`` copied out, or a memoryview of
+    an activity record inside its buffer), its fields read lazily by name through ``layout``."""
 
     __slots__ = ("_data", "_layout")
 
-    def __init__(self, data: bytes, layout: Any) -> None:
-        self._data = data
-        self._layout = layout
-
-    def __getattr__(self, name: str) -> Any:
-        return self._layout.field(self._data, name)
-
-
-class RawActivity:
-    """One activity record inside a buffer CUPTI filled: a memoryview from its first byte."""
-
-    __slots__ = ("_data", "_layout")
-
-    def __init__(self, data: memoryview, layout: Any) -> None:
+    def __init__(self, data: bytes | memoryview, layout: Any) -> None:
         self._data = data
         self._layout = layout
 
@@ -175,7 +163,7 @@ class DirectCupti:
 
         def trampoline(_u: Any, domain: int, cbid: int, cbdata: int) -> None:
             try:
-                callback(None, domain, cbid, RawCallbackData(string_at(cbdata, size), layout))
+                callback(None, domain, cbid, RawRecord(string_at(cbdata, size), layout))
             except BaseException as exc:  # never unwind into CUPTI
                 print(f"faulthunt ledger: CUPTI callback raised {exc!r}", file=sys.stderr)
 
@@ -224,7 +212,7 @@ class DirectCupti:
                             print(f"faulthunt ledger: CUPTI activity buffer ended with status {status}",
                                   file=sys.stderr)
                         break
-                    acts.append(RawActivity(view[(rec.value or 0) - buffer:], layout))
+                    acts.append(RawRecord(view[(rec.value or 0) - buffer:], layout))
                 if acts:
                     completed(acts)
             except BaseException as exc:
