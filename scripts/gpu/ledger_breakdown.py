@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ledger_probe import SRC  # noqa: E402
+from ledger_probe import SRC, timed_loop  # noqa: E402
 
 CONFIGS = ("off", "refine", "act_mem", "sub_noop_launch", "sub_fields_launch", "cupti", "auto",
            "auto_py", "auto_nostack", "auto_write", "act_kernel", "writer3")
@@ -73,6 +73,15 @@ def _cupti_raw(config: str) -> dict:
     return seen
 
 
+def _three_records(writer):
+    """Three bare records an iteration, as the ledger writes them (the writer's own cost)."""
+    def each(ptr: int, nbytes: int, i: int) -> None:
+        writer.alloc("x", ptr, nbytes, "block")
+        writer.launch("x", "fill", "cuLaunchKernel", i)
+        writer.free("x", ptr, "block")
+    return each
+
+
 def run_loop(fw: str, config: str, n: int, ledger_dir: str) -> None:
     raw = None
     writer = None
@@ -93,57 +102,8 @@ def run_loop(fw: str, config: str, n: int, ledger_dir: str) -> None:
 
         writer = LedgerWriter(ledger_dir)
     prof = cProfile.Profile() if os.environ.get("BREAKDOWN_PROFILE") else None
-    if fw == "cupy":
-        import cupy as cp
-
-        fill = cp.RawModule(code=SRC).get_function("fill")
-        a = cp.empty(1 << 16, dtype=cp.float32)
-        fill((64,), (256,), (a, cp.int64(a.size)))
-        del a
-        cp.cuda.runtime.deviceSynchronize()
-        if prof:
-            prof.enable()
-        t0 = time.perf_counter()
-        for i in range(n):
-            a = cp.empty(1 << 16 + (i % 4), dtype=cp.float32)
-            if writer:
-                writer.alloc("x", a.data.ptr, a.nbytes, "block")
-            fill((64,), (256,), (a, cp.int64(a.size)))
-            if writer:
-                writer.launch("x", "fill", "cuLaunchKernel", i)
-                writer.free("x", a.data.ptr, "block")
-            del a
-        cp.cuda.runtime.deviceSynchronize()
-    else:
-        import numpy as np
-        from numba import cuda
-
-        @cuda.jit
-        def fill(a):
-            i = cuda.grid(1)
-            if i < a.size:
-                a[i] = 2.0
-
-        a = cuda.device_array(1 << 16, dtype=np.float32)
-        fill[64, 256](a)
-        cuda.synchronize()
-        del a
-        if prof:
-            prof.enable()
-        t0 = time.perf_counter()
-        for i in range(n):
-            a = cuda.device_array((1 << 16) + i % 4, dtype=np.float32)
-            if writer:
-                writer.alloc("x", a.device_ctypes_pointer.value, a.nbytes, "device")
-            fill[64, 256](a)
-            if writer:
-                writer.launch("x", "fill", "cuLaunchKernel", i)
-                writer.free("x", 0, "device")
-            del a
-        cuda.synchronize()
-    seconds = time.perf_counter() - t0
+    seconds = timed_loop(fw, n, _three_records(writer) if writer is not None else None, prof)
     if prof:
-        prof.disable()
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
         Path(ledger_dir).mkdir(parents=True, exist_ok=True)

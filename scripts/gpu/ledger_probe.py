@@ -199,20 +199,25 @@ def run_case(fw: str, fault: str, ledger_dir: str) -> None:
 
 # --- overhead: an allocation-heavy loop, timed inside the process (imports excluded) --------
 
-def run_loop(fw: str, mode: str, n: int, ledger_dir: str) -> None:
-    if mode != "off":
-        from faulthunt.ledger import install
-
-        install(Path(ledger_dir), mode)
+def timed_loop(fw: str, n: int, each=None, prof=None) -> float:
+    """Seconds for ``n`` iterations of allocate + launch ``fill`` + free (``fw``: cupy or numba),
+    warm-up and imports excluded. ``each(pointer, nbytes, i)`` runs after each launch;
+    ``prof`` (a cProfile.Profile) is enabled for the timed part only."""
     if fw == "cupy":
         cp, _ = _cupy_kernel()
         fill = cp.RawModule(code=SRC).get_function("fill")
-        a = cp.empty(1 << 16, dtype=cp.float32); del a
+        a = cp.empty(1 << 16, dtype=cp.float32)
+        fill((64,), (256,), (a, cp.int64(a.size)))
+        del a
         cp.cuda.runtime.deviceSynchronize()
+        if prof:
+            prof.enable()
         t0 = time.perf_counter()
         for i in range(n):
             a = cp.empty(1 << 16 + (i % 4), dtype=cp.float32)
             fill((64,), (256,), (a, cp.int64(a.size)))
+            if each:
+                each(a.data.ptr, a.nbytes, i)
             del a
         cp.cuda.runtime.deviceSynchronize()
     else:
@@ -226,13 +231,28 @@ def run_loop(fw: str, mode: str, n: int, ledger_dir: str) -> None:
                 a[i] = 2.0
 
         a = cuda.device_array(1 << 16, dtype=np.float32); fill[64, 256](a); cuda.synchronize(); del a
+        if prof:
+            prof.enable()
         t0 = time.perf_counter()
         for i in range(n):
             a = cuda.device_array((1 << 16) + i % 4, dtype=np.float32)
             fill[64, 256](a)
+            if each:
+                each(a.device_ctypes_pointer.value, a.nbytes, i)
             del a
         cuda.synchronize()
-    say(loop=fw, mode=mode, n=n, seconds=time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    if prof:
+        prof.disable()
+    return seconds
+
+
+def run_loop(fw: str, mode: str, n: int, ledger_dir: str) -> None:
+    if mode != "off":
+        from faulthunt.ledger import install
+
+        install(Path(ledger_dir), mode)
+    say(loop=fw, mode=mode, n=n, seconds=timed_loop(fw, n))
 
 
 # --- orchestration ------------------------------------------------------------------------
