@@ -276,3 +276,16 @@ def test_stack_caches_stay_bounded_and_right(monkeypatch):
         assert got[1].startswith(f"gen{i}.py:2 in f{i}")
         assert len(writer_mod._codes) <= 40 + 2 * writer_mod.STACK_LIMIT
         del ns
+
+
+def test_a_forked_child_that_records_nothing_leaves_no_file(tmp_path):
+    w = LedgerWriter(tmp_path)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os._exit(0 if not (tmp_path / f"{os.getpid()}.jsonl").exists() else 3)
+    _, status = os.waitpid(pid, 0)
+    w.close()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not (tmp_path / f"{pid}.jsonl").exists()
+    with pytest.raises(ValueError, match="closed"):
+        w.alloc("synthetic", 1, 2, "device")

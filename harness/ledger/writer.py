@@ -307,8 +307,10 @@ class LedgerWriter:
 
     def _after_fork(self) -> None:
         # The child shares the parent's mapping: drop it (unmapping in the child leaves the
-        # parent's untouched) and start the child's own file.
+        # parent's untouched); the child's own file is made by its first record, so a forked
+        # child that records nothing leaves no file.
         self._lock = threading.Lock()
+        self._reopen = threading.Lock()
         if self._fd >= 0:
             if self._mm is not None:
                 try:
@@ -319,7 +321,14 @@ class LedgerWriter:
             os.close(self._fd)
             self._fd = -1
             self._nid_src = object()
-            self._open()
+            self._pid = os.getpid()
+            self._put = self._put_first
+
+    def _put_first(self, data: bytes) -> None:
+        with self._reopen:  # not self._lock: opening writes the opening note through it
+            if self._fd < 0:
+                self._open()  # replaces self._put
+        self._put(data)
 
     @property
     def path(self) -> Path:
@@ -327,6 +336,7 @@ class LedgerWriter:
 
     def close(self) -> None:
         with self._lock:
+            self._put = self._put_write  # which says "closed" from now on
             if self._fd < 0:
                 return
             if self._mm is not None:
