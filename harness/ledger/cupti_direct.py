@@ -49,6 +49,12 @@ COMPLETED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_vo
                              ctypes.c_size_t)
 
 
+#: every C function pointer handed to CUPTI, kept for the life of the process: CUPTI may call a
+#: registered buffer callback after the ledger stopped (it cannot be unregistered), and a freed
+#: ctypes thunk would crash the process there
+_REGISTERED: list[Any] = []
+
+
 def loaded_libcupti(maps: str = "/proc/self/maps", major: int | None = None) -> str | None:
     """The path of the libcupti this process has loaded (cupti-python's), or None.
 
@@ -135,7 +141,6 @@ class DirectCupti:
         self._cb_size = int(cupti.callback_data_dtype.itemsize)
         self._act_layout = Layout(cupti.activity_memory4_dtype, raw_struct)
         self._buffers: dict[int, Any] = {}
-        self._keep: list[Any] = []  # the C function pointers CUPTI holds: alive as long as we are
         for name, args, res in (
             ("cuptiSubscribe_v2", [ctypes.POINTER(ctypes.c_void_p), CALLBACK, ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int),
             ("cuptiEnableCallback", [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32], ctypes.c_int),
@@ -170,7 +175,7 @@ class DirectCupti:
         fn = CALLBACK(trampoline)
         handle = ctypes.c_void_p()
         self._check(self.lib.cuptiSubscribe_v2(ctypes.byref(handle), fn, None, params_ptr))
-        self._keep.append(fn)
+        _REGISTERED.append(fn)
         return int(handle.value or 0)
 
     def enable_callback(self, enable: int, subscriber: int, domain: int, cbid: int) -> None:
@@ -220,7 +225,7 @@ class DirectCupti:
 
         req, comp = REQUESTED(on_requested), COMPLETED(on_completed)
         self._check(self.lib.cuptiActivityRegisterCallbacks(req, comp))
-        self._keep += [req, comp]
+        _REGISTERED.extend((req, comp))
 
     def activity_enable(self, kind: int) -> None:
         self._check(self.lib.cuptiActivityEnable(int(kind)))
