@@ -10,6 +10,7 @@ a test that churns small arrays). Each configuration switches on one more part, 
 as a cost breakdown: CUPTI activity alone, a CUPTI subscriber whose Python callback does nothing,
 the same reading the callback's fields, the full CUPTI source, a framework refinement alone, the
 default ``auto``, and the launch records taken from CUPTI activity buffers instead of callbacks.
+``hook_noop`` is CuPy's own cost of a registered ``MemoryHook`` whose methods do nothing.
 ``fault`` answers the design question behind the last one: does CUPTI hand over a kernel record
 for a launch that faults (Xid 31), and with which name and times?
 """
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ledger_probe import SRC, timed_loop  # noqa: E402
 
 CONFIGS = ("off", "refine", "act_mem", "sub_noop_launch", "sub_fields_launch", "cupti", "auto",
-           "auto_py", "auto_nostack", "auto_write", "act_kernel", "writer3")
+           "auto_py", "auto_nostack", "auto_write", "act_kernel", "writer3", "hook_noop")
 LAUNCH = ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz")
 OTHER = ("cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemFreeAsync", "cuCtxSynchronize",
          "cuStreamSynchronize")
@@ -97,6 +98,13 @@ def run_loop(fw: str, config: str, n: int, ledger_dir: str) -> None:
         install(Path(ledger_dir), {"refine": fw}.get(config, config.split("_")[0]), quiet=True)
     elif config in ("act_mem", "act_kernel") or config.startswith("sub_"):
         raw = _cupti_raw(config)
+    elif config == "hook_noop":  # CuPy's own cost of calling a memory hook that does nothing
+        if fw != "cupy":
+            print(json.dumps({"loop": fw, "config": config, "skipped": "CuPy only"}), flush=True)
+            return
+        import cupy
+
+        cupy.cuda.MemoryHook().__enter__()
     elif config == "writer3":
         from faulthunt.ledger.writer import LedgerWriter
 
@@ -183,6 +191,8 @@ def run_all(out: Path) -> int:
                     (out / f"{fw}_{cfg}.err.txt").write_text(p.stdout + p.stderr)
                     continue
                 r = json.loads(line)
+                if "skipped" in r:
+                    continue
                 info[cfg] = r
                 best[cfg] = min(best.get(cfg, 1e9), r["seconds"])
         for cfg in CONFIGS:
