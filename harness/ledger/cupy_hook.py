@@ -71,12 +71,13 @@ def make_hook(base: type, writer: LedgerWriter) -> Any:
                               **_: Any) -> None:
             put(hook_record("alloc", device_id, 0, mem_size, mem_ptr))
 
+        # pmem_id is named so that CuPy's usual call does not build a dict for ``**_``
         def malloc_postprocess(self, device_id: Any = None, size: Any = 0, mem_size: Any = 0,
-                               mem_ptr: Any = 0, **_: Any) -> None:
+                               mem_ptr: Any = 0, pmem_id: Any = None, **_: Any) -> None:
             put(hook_record("malloc", device_id, size, mem_size, mem_ptr))
 
         def free_postprocess(self, device_id: Any = None, mem_size: Any = 0, mem_ptr: Any = 0,
-                             **_: Any) -> None:
+                             pmem_id: Any = None, **_: Any) -> None:
             put(hook_record("free", device_id, 0, mem_size, mem_ptr))
 
     return LedgerHook()
