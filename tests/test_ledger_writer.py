@@ -289,3 +289,36 @@ def test_a_forked_child_that_records_nothing_leaves_no_file(tmp_path):
     assert not (tmp_path / f"{pid}.jsonl").exists()
     with pytest.raises(ValueError, match="closed"):
         w.alloc("synthetic", 1, 2, "device")
+
+
+def test_no_room_for_the_next_window_goes_on_with_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer_mod, "CHUNK", 4096)
+    w = LedgerWriter(tmp_path)
+    real = os.posix_fallocate
+
+    def full(fd, offset, length):
+        if offset >= 4096:
+            raise OSError(28, "No space left on device")
+        return real(fd, offset, length)
+
+    monkeypatch.setattr(writer_mod.os, "posix_fallocate", full)
+    for i in range(100):  # ~15 KB: crosses the first window's end
+        w.alloc("synthetic", BASE + (i << 12), 4096, "device")
+    assert w.backend == "write" and w.dropped == 0
+    w.close()
+    recs = _records(w.path)
+    assert [r["address"] for r in recs if r["event"] == "alloc"] == [BASE + (i << 12) for i in range(100)]
+    assert any("mmap reserve failed" in r.get("message", "") for r in recs)
+
+
+def test_a_write_that_fails_is_counted_not_raised(tmp_path, monkeypatch):
+    w = LedgerWriter(tmp_path, backend="write")
+
+    def enospc(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer_mod.os, "write", enospc)
+    w.alloc("synthetic", BASE, 64, "device")  # must not raise into the allocation it records
+    monkeypatch.undo()
+    assert w.dropped == 1
+    w.close()

@@ -248,6 +248,7 @@ class LedgerWriter:
         self._pos = 0          # file offset of the next byte
         self._win = 0          # file offset of the mapped window
         self.records = 0
+        self.dropped = 0
         self.stacks = stacks if stacks in STACK_MODES else stack_mode()
         self.alloc_stacks = self.stacks != "off"
         self.all_stacks = self.stacks == "all"
@@ -352,9 +353,16 @@ class LedgerWriter:
         with self._lock:
             if self._fd < 0:
                 raise ValueError("ledger writer is closed")
-            os.write(self._fd, data)
-            if self._fsync:
-                os.fsync(self._fd)
+            try:
+                os.write(self._fd, data)
+                if self._fsync:
+                    os.fsync(self._fd)
+            except OSError as exc:  # a full disk must not fail the allocation being recorded
+                self.dropped += 1
+                if self.dropped == 1:
+                    print(f"faulthunt ledger: cannot write {self.path} ({exc}); records are being lost",
+                          file=sys.stderr)
+                return
             self.records += 1
 
     def _put_mmap(self, data: bytes) -> None:
@@ -369,15 +377,52 @@ class LedgerWriter:
             else:  # the line crosses into the next window
                 cut = CHUNK - lo
                 mm[lo:CHUNK] = data[:cut]
-                self._map(self._win + CHUNK)
+                self._pos += cut
                 rest = data[cut:]
-                while len(rest) > CHUNK:  # a line longer than a window (a huge note)
-                    self._mm[0:CHUNK] = rest[:CHUNK]  # type: ignore[index]
-                    self._map(self._win + CHUNK)
-                    rest = rest[CHUNK:]
-                self._mm[0:len(rest)] = rest  # type: ignore[index]
+                try:
+                    while rest:
+                        self._map(self._win + CHUNK)
+                        n = min(len(rest), CHUNK)  # a line longer than a window: several
+                        self._mm[0:n] = rest[:n]  # type: ignore[index]
+                        self._pos += n
+                        rest = rest[n:]
+                except OSError as exc:  # no room for the next window (disk full, a quota)
+                    self._spill(rest, exc)
+                    return
+                self.records += 1
+                return
             self._pos += len(data)
             self.records += 1
+
+    def _spill(self, rest: bytes, exc: OSError) -> None:
+        """Go on with write(2) when the next window cannot be reserved; the caller holds the lock.
+
+        The ledger sits on the allocation path of the code under test, so this never raises into
+        it: the file is cut to what was written, reopened for appending, and the rest of the line
+        goes there (if even that fails, the record is dropped and counted in ``dropped``).
+        """
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except (BufferError, ValueError):
+                pass
+            self._mm = None
+        try:
+            os.ftruncate(self._fd, self._pos)
+            os.close(self._fd)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.backend = "write"
+            self._put = self._put_write
+            os.write(self._fd, rest)
+            note = (f'{{"event":"note","t":{time.time_ns()}e-9,"pid":{self._pid},"nodeid":null,'
+                    f'"source":"ledger","message":{_esc(f"mmap reserve failed ({exc}); writing with write(2)")}}}\n')
+            os.write(self._fd, note.encode())
+            self.records += 2
+        except OSError as exc2:
+            self.dropped += 1
+            print(f"faulthunt ledger: cannot write {self.path} ({exc2}); records are being lost",
+                  file=sys.stderr)
+            self._put = self._put_write  # which counts what it cannot write
 
     _put = _put_write  # replaced per instance in _open
 
