@@ -306,6 +306,15 @@ class LedgerWriter:
         self._mm = mm
         self._win = offset
 
+    def _unmap(self) -> None:
+        """Drop the mapped window, if any (a view still exported keeps it; that is harmless)."""
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except (BufferError, ValueError):
+                pass
+            self._mm = None
+
     def _after_fork(self) -> None:
         # The child shares the parent's mapping: drop it (unmapping in the child leaves the
         # parent's untouched); the child's own file is made by its first record, so a forked
@@ -313,12 +322,7 @@ class LedgerWriter:
         self._lock = threading.Lock()
         self._reopen = threading.Lock()
         if self._fd >= 0:
-            if self._mm is not None:
-                try:
-                    self._mm.close()
-                except (BufferError, ValueError):
-                    pass
-                self._mm = None
+            self._unmap()
             os.close(self._fd)
             self._fd = -1
             self._nid_src = object()
@@ -401,12 +405,7 @@ class LedgerWriter:
         it: the file is cut to what was written, reopened for appending, and the rest of the line
         goes there (if even that fails, the record is dropped and counted in ``dropped``).
         """
-        if self._mm is not None:
-            try:
-                self._mm.close()
-            except (BufferError, ValueError):
-                pass
-            self._mm = None
+        self._unmap()
         try:
             os.ftruncate(self._fd, self._pos)
             os.close(self._fd)
