@@ -2,7 +2,7 @@
 """faulthunt's performance table: one row per capability, each a ratio against the obvious baseline.
 
 Every row is measured side by side in this one run (ours and the baseline on the same input, same
-machine, interleaved repeats, best-of-N), never compared with a number remembered from elsewhere.
+machine, paired and interleaved, min/median/max), never compared with a number remembered from elsewhere.
 
     python scripts/bench.py              # every row
     python scripts/bench.py kernlog      # rows whose name contains "kernlog"

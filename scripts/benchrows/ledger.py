@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchrows import Row, side_by_side
+from benchrows import Row, Samples, paired
 
 PROBE = Path(__file__).resolve().parents[1] / "gpu" / "ledger_probe.py"
 
@@ -50,8 +50,8 @@ def gpu_alloc_loop(quick: bool) -> Row:
                 if t is not None:
                     best[mode] = min(best[mode], t)
     ok = all(v != float("inf") for v in best.values())
-    return Row(title, "ledger auto", "ledger off", best["auto"] if ok else None,
-               best["off"] if ok else None, "< 1.2x", note=f"{n} iterations, fresh process each, best of 2")
+    return Row(title, "ledger auto", "ledger off", Samples((best["auto"],)) if ok else None,
+               Samples((best["off"],)) if ok else None, "< 1.2x", note=f"{n} iterations, fresh process each, best of 2")
 
 
 def writer_per_record(quick: bool) -> Row:
@@ -71,7 +71,7 @@ def writer_per_record(quick: bool) -> Row:
                 os.write(fd, (json.dumps({"event": "alloc", "address": 0x7F0000000000 + i * 4096,
                                           "size": 4096}) + "\n").encode())
 
-        o, b = side_by_side(ours, bare, repeat=3)
+        o, b = paired(ours, bare, repeat=3)
         w.close()
         os.close(fd)
     return Row(f"ledger writer: {n:,} records", f"LedgerWriter.alloc ({w.backend})", "json.dumps + os.write",
@@ -178,12 +178,12 @@ def cupti_callback_path(quick: bool) -> Row:
         flushes[policy] = fake.flushes
 
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
-        o, b = side_by_side(lambda: run("sync", "alloc", d1), lambda: run("launch", "all", d2), repeat=3)
+        o, b = paired(lambda: run("sync", "alloc", d1), lambda: run("launch", "all", d2), repeat=3)
     return Row(f"ledger CUPTI callbacks: {n:,} alloc+launch iterations (stand-in CUPTI)",
                "default (rate-limited flush, alloc stacks)", "round-1 (flush per launch, all stacks)",
                o, b, "-", note=f"forced flushes: {flushes.get('sync')} vs {flushes.get('launch')} "
                                f"(~1 ms each on the H200, not in these times); per iteration "
-                               f"{o / n * 1e6:.1f} us vs {b / n * 1e6:.1f} us")
+                               f"{o.median / n * 1e6:.1f} us vs {b.median / n * 1e6:.1f} us")
 
 
 ROWS = [gpu_alloc_loop, cupti_callback_path, writer_per_record]

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from benchrows import Row, side_by_side
+from benchrows import Row, paired
 
 KERNELS = [("max_reduce_off_by_one(const float *, float *, int)", "faults.cu", 18, "write"),
            ("scale(float *, int, float)", "faults.cu", 26, "read"),
@@ -76,10 +76,10 @@ def reduce_log(quick: bool = False) -> Row:
         def baseline() -> None:
             subprocess.run([wc or "wc", "-l", str(path)], check=True, stdout=subprocess.DEVNULL)
 
-        ours_s, base_s = side_by_side(ours, baseline, repeat=1 if not quick else 2)
+        ours_t, base_t = paired(ours, baseline, repeat=1 if not quick else 2, warmup=0)
     return Row(capability=f"reduce a {n:,}-record memcheck log",
                ours="read+parse_text+reduce_records", baseline="wc -l on the log",
-               ours_s=ours_s, baseline_s=base_s, goal="< 10 s per 100,000 records",
+               ours_t=ours_t, base_t=base_t, goal="< 10 s per 100,000 records",
                note=f"{size / 1e6:.0f} MB log -> {found[0]} findings covering {found[1]:,} records")
 
 
