@@ -22,7 +22,8 @@ class Lane:
     worker: str
     pid: int | None
     spans: tuple[dict[str, Any], ...]      # {nodeid, t0, t1, outcome}
-    markers: tuple[dict[str, Any], ...]    # {kind: crash|hang|xid|recycle, t, label}
+    markers: tuple[dict[str, Any], ...]    # {kind: crash|hang|xid|recycle, t, label, nodeid}
+    device: str | None = None              # the worker's CUDA_VISIBLE_DEVICES (None: not pinned)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +45,8 @@ class ReportModel:
     lanes: tuple[Lane, ...]
     t_range: tuple[float, float] | None
     notes: tuple[str, ...]                 # what was missing or damaged
+    #: why this run is not real evidence (None: a real run): the demo's simulator backend
+    simulated: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report.json object (same content as the Markdown)."""
@@ -133,6 +136,28 @@ def _reproduce(run: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _simulated(run: Mapping[str, Any]) -> str | None:
+    """Why the run is not real GPU evidence, from its recorded options; None for a real run.
+
+    ``faulthunt demo`` on a machine without a GPU runs the planted suite on numba's simulator
+    with SIMULATED stand-ins and a simulated kernel log (faulthunt.demo): its failures, Xid lines
+    and PCI ids are made up, and every view of the run must say so.
+    """
+    from faulthunt.demo import SIM_KERNEL_LOG
+    from faulthunt.kernels.backend import BACKEND_ENV, SIM
+
+    opts = run.get("options")
+    if not isinstance(opts, Mapping):
+        return None
+    env = opts.get("env") if isinstance(opts.get("env"), Mapping) else {}
+    source = str(opts.get("xid_source") or "")
+    if str(env.get(BACKEND_ENV, "")).lower() == SIM or source.endswith(SIM_KERNEL_LOG):
+        return ("SIMULATED run: no GPU; numba's CUDA simulator and SIMULATED stand-ins "
+                "(faulthunt demo --backend sim). Its crashes, Xid lines and PCI ids are made up "
+                "to show the pipeline, not evidence about any GPU.")
+    return None
+
+
 _WORDS = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth", 6: "sixth", 7: "seventh",
           8: "eighth", 9: "ninth", 10: "tenth"}
 
@@ -175,12 +200,15 @@ def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str
     spans: dict[Any, dict[str, dict[str, Any]]] = {}
     order: dict[Any, list[dict[str, Any]]] = {}
     workers: dict[Any, str] = {}
+    devices: dict[Any, str] = {}
     markers: dict[Any, list[dict[str, Any]]] = {}
     for rec in events:
         pid = rec.get("pid")
         worker = str(rec.get("worker") or "main")
         workers.setdefault(pid, worker)
         kind = rec.get("event")
+        if rec.get("device") is not None:
+            devices.setdefault(pid, str(rec["device"]))
         if kind == "start":
             span = {"nodeid": rec.get("nodeid"), "t0": rec.get("t"), "t1": None, "outcome": "crashed"}
             spans.setdefault(pid, {})[str(rec.get("nodeid"))] = span
@@ -191,24 +219,26 @@ def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str
                 span["t1"] = rec.get("t")
                 span["outcome"] = rec.get("outcome") or "passed"
         elif kind == "hang":
-            markers.setdefault(pid, []).append({"kind": "hang", "t": rec.get("t"),
+            markers.setdefault(pid, []).append({"kind": "hang", "t": rec.get("t"), "nodeid": rec.get("nodeid"),
                                                 "label": f"hang: {rec.get('nodeid')}"})
         elif kind == "recycle":
             markers.setdefault(pid, []).append({"kind": "recycle", "t": rec.get("t"),
+                                                "nodeid": rec.get("poisoned_by"),
                                                 "label": f"recycled after {rec.get('poisoned_by')}"})
     for rec in controller:
         if rec.get("event") == "crash" and rec.get("kind") != "hung":
             pid = rec.get("pid")
             workers.setdefault(pid, str(rec.get("worker") or "?"))
             sig = rec.get("signal_name") or (f"exit {rec.get('exit_status')}" if rec.get("exit_status") is not None else "died")
-            markers.setdefault(pid, []).append({"kind": "crash", "t": rec.get("t"),
+            markers.setdefault(pid, []).append({"kind": "crash", "t": rec.get("t"), "nodeid": rec.get("nodeid"),
                                                 "label": f"crash ({sig}): {rec.get('nodeid')}"})
     for x in xids:
         pid = x.get("pid")
         if pid not in workers:
             continue  # an Xid of another process: listed in the table, not on a lane
         t = x.get("t")
-        markers.setdefault(pid, []).append({"kind": "xid", "t": t, "label": f"Xid {x.get('xid')}"})
+        markers.setdefault(pid, []).append({"kind": "xid", "t": t, "nodeid": x.get("nodeid"),
+                                            "label": f"Xid {x.get('xid')}"})
     lanes = []
     for pid in sorted(workers, key=lambda p: (workers[p], p if isinstance(p, int) else -1)):
         # a crashed span ends where its crash marker is
@@ -218,7 +248,8 @@ def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str
                 span["t1"] = max(crash_t)
         lanes.append(Lane(worker=workers[pid], pid=pid if isinstance(pid, int) else None,
                           spans=tuple(dict(s) for s in order.get(pid, [])),
-                          markers=tuple(sorted(markers.get(pid, []), key=lambda m: m.get("t") or 0))))
+                          markers=tuple(sorted(markers.get(pid, []), key=lambda m: m.get("t") or 0)),
+                          device=devices.get(pid)))
     return lanes, order
 
 
@@ -377,7 +408,8 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         environment=env,
         next_steps=tuple(next_steps(summary, decoded, sanitizer, failures, run_id)),
         lanes=tuple(lanes), t_range=(min(ts), max(ts)) if ts else None,
-        notes=tuple(list(notes) + [w for w in summary.get("warnings") or [] if isinstance(w, str)]))
+        notes=tuple(list(notes) + [w for w in summary.get("warnings") or [] if isinstance(w, str)]),
+        simulated=_simulated(run))
 
 
 def _count(items: Any) -> dict[str, int]:
