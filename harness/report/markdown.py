@@ -1,4 +1,8 @@
-"""Render a :class:`ReportModel` as Markdown ready to paste into an issue (fixed layout, golden-tested)."""
+"""Render a :class:`ReportModel` as Markdown ready to paste into an issue (fixed layout, golden-tested).
+
+Every id, path and message is data: escaped with :mod:`faulthunt.report.escape` so that a pipe
+never splits a cell, a backtick never opens code and ``<script>`` never reaches the page as a tag.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,78 @@ import re
 
 from typing import Any
 
+from faulthunt.report.common import (allocation_text, clip, failing_tests, gpu_text, headline,
+                                     outcome_text, rate_text)
+from faulthunt.report.escape import md_cell, md_code, md_fence, md_text
 from faulthunt.report.model import ReportModel
 
-
-def _cell(v: Any) -> str:
-    if v is None or v == "":
-        return "-"
-    return str(v).replace("|", "\\|").replace("\n", " ")
+#: failure rows in the table (report.json has them all)
+MAX_FAILURES = 30
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    """A GitHub table; cells are already escaped (see :func:`md_cell`)."""
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
     return out
+
+
+def tests_table(model: ReportModel) -> list[str]:
+    """The per-test rates of failing tests (also the CI step summary's table)."""
+    return _table(["test", "runs", "failures", "rate (95% interval)", "Xids"],
+                  [[md_cell(t.get("base_nodeid")), md_cell(t.get("runs")), md_cell(t.get("failures")),
+                    md_cell(rate_text(t)), md_cell(t.get("xids"))] for t in failing_tests(model)])
+
+
+def failures_table(model: ReportModel, limit: int = MAX_FAILURES) -> list[str]:
+    """The first ``limit`` failures, with a line saying how many more report.json holds."""
+    out = _table(["test", "outcome", "worker", "pid", "GPU", "message"],
+                 [[md_cell(f.get("nodeid")), md_cell(outcome_text(f)), md_cell(f.get("worker")),
+                   md_cell(f.get("pid")), md_cell(gpu_text(f.get("device"), model)),
+                   md_cell(clip(f.get("message"), model), newlines="space")]
+                  for f in model.failures[:limit]])
+    if len(model.failures) > limit:
+        out += ["", f"... and {len(model.failures) - limit} more (report.json has them all)"]
+    return out
+
+
+def xids_table(model: ReportModel) -> list[str]:
+    """Decoded Xid events with their mapping verdicts."""
+    return _table(["Xid", "category", "GPU", "pid", "test", "fault page", "engine", "access", "allocation"],
+                  [[md_cell(x.get("xid")), md_cell(x.get("category")),
+                    md_cell(gpu_text(x.get("device") or x.get("pci"), model)), md_cell(x.get("pid")),
+                    md_cell(x.get("nodeid") or x.get("mapped_test")), md_cell(x.get("page")),
+                    md_cell(x.get("engine")),
+                    md_cell(" ".join(filter(None, [x.get("access_type"), x.get("fault_type")])) or None),
+                    md_cell(allocation_text(x))] for x in model.xids])
+
+
+def sanitizer_table(model: ReportModel) -> list[str]:
+    """compute-sanitizer findings, first = offending kernel."""
+    return _table(["tool", "kind", "kernel", "source", "count", "test"],
+                  [[md_cell(f.get("tool")), md_cell(f.get("kind")), md_cell(f.get("kernel")),
+                    md_cell(f"{f.get('file')}:{f.get('line')}" if f.get("file") else None),
+                    md_cell(f.get("count")), md_cell(f.get("nodeid"))] for f in model.sanitizer])
+
+
+def first_finding_line(model: ReportModel) -> str:
+    """``First offending kernel: `k` at `file:line` (kind, access of size n)``."""
+    first = model.sanitizer[0]
+    return (f"First offending kernel: {md_code(first.get('kernel'))} at "
+            f"{md_code(str(first.get('file') or '?') + ':' + str(first.get('line') or '?'))} "
+            f"({md_text(first.get('kind'))}"
+            + (f", {md_text(first.get('access'))} of size {md_text(first.get('size'))}"
+               if first.get("access") else "") + ")")
 
 
 def render(model: ReportModel) -> str:
     """The whole report.md text."""
-    L: list[str] = [f"# faulthunt report: run {model.run_id}", "", f"**{model.headline}**", ""]
+    L: list[str] = [f"# faulthunt report: run {md_text(model.run_id)}", "", f"**{md_text(headline(model))}**", ""]
+    if model.simulated:
+        L += [f"> **{md_text(model.simulated)}**", ""]
     L += ["## Reproduce", ""]
     if model.reproduce:
-        L += ["```sh", model.reproduce, "```", ""]
+        L += [*md_fence(model.reproduce, "sh"), ""]
     else:
         L += ["(run.json missing: the command is not known)", ""]
     r = model.rate
@@ -36,26 +91,17 @@ def render(model: ReportModel) -> str:
     L += [""]
     if model.by_test:
         L += ["## Tests", ""]
-        L += _table(["test", "runs", "failures", "rate (95% interval)", "Xids"],
-                    [[t.get("base_nodeid"), t.get("runs"), t.get("failures"),
-                      _rate(t), t.get("xids")] for t in model.by_test if t.get("failures") or t.get("xids")])
+        L += tests_table(model)
         L += [""]
     if model.failures:
         L += ["## Failures", ""]
-        L += _table(["test", "outcome", "worker", "pid", "GPU", "message"],
-                    [[f.get("nodeid"), f.get("outcome") + (f" ({f['signal_name']})" if f.get("signal_name") else ""),
-                      f.get("worker"), f.get("pid"), f.get("device"), (f.get("message") or "")[:120]]
-                     for f in model.failures[:30]])
-        if len(model.failures) > 30:
-            L += ["", f"... and {len(model.failures) - 30} more (report.json has them all)"]
+        L += failures_table(model)
         L += [""]
     L += ["## Xid events", ""]
     if model.xids:
-        L += _table(["Xid", "category", "GPU", "pid", "test", "fault page", "engine", "access", "allocation"],
-                    [[x.get("xid"), x.get("category"), x.get("device") or x.get("pci"), x.get("pid"),
-                      x.get("nodeid") or x.get("mapped_test"), x.get("page"), x.get("engine"),
-                      " ".join(filter(None, [x.get("access_type"), x.get("fault_type")])) or None,
-                      _alloc(x)] for x in model.xids])
+        if model.simulated:
+            L += ["Xid lines of the simulated kernel log (SIMULATED: no GPU wrote them).", ""]
+        L += xids_table(model)
     else:
         L += ["None recorded."]
     L += ["", "## Sanitizer", ""]
@@ -64,26 +110,21 @@ def render(model: ReportModel) -> str:
     elif not model.sanitizer:
         L += ["compute-sanitizer ran and reported no errors."]
     else:
-        first = model.sanitizer[0]
-        L += [f"First offending kernel: `{first.get('kernel')}` at "
-              f"`{first.get('file') or '?'}:{first.get('line') or '?'}` ({first.get('kind')}"
-              + (f", {first.get('access')} of size {first.get('size')}" if first.get("access") else "") + ")", ""]
-        L += _table(["tool", "kind", "kernel", "source", "count", "test"],
-                    [[f.get("tool"), f.get("kind"), f.get("kernel"),
-                      f"{f.get('file')}:{f.get('line')}" if f.get("file") else None, f.get("count"), f.get("nodeid")]
-                     for f in model.sanitizer])
-        example = _example_text(first.get("example"))
+        L += [first_finding_line(model), ""]
+        L += sanitizer_table(model)
+        example = example_text(model.sanitizer[0].get("example"))
         if example:
-            L += ["", "```", example, "```"]
+            L += ["", *md_fence(example)]
     L += [""]
     if model.hangs:
         L += ["## Hangs", ""]
         for h in model.hangs:
-            L += [f"### {h.get('nodeid')} (worker {h.get('worker')}, pid {h.get('pid')}, timeout {h.get('timeout')} s)", ""]
+            L += [f"### {md_text(h.get('nodeid'))} (worker {md_text(h.get('worker'))}, pid {md_text(h.get('pid'))}, "
+                  f"timeout {md_text(h.get('timeout'))} s)", ""]
             if h.get("stack"):
-                L += [f"Stack ({h.get('stack_source')}):", "", "```", h["stack"].rstrip(), "```", ""]
+                L += [f"Stack ({md_text(h.get('stack_source'))}):", "", *md_fence(h["stack"].rstrip()), ""]
             else:
-                L += [f"No stack: {h.get('why_no_stack')}", ""]
+                L += [f"No stack: {md_text(h.get('why_no_stack'), newlines='space')}", ""]
     e = model.environment
     L += ["## Environment", ""]
     driver = e.get("driver")
@@ -103,38 +144,20 @@ def render(model: ReportModel) -> str:
         rows.append(["GPU", f"none recorded: {e['gpu_note']}" if e.get("gpu_note") else None])
     for name, ver in (e.get("packages") or {}).items():
         rows.append([name, ver])
-    L += _table(["what", "value"], rows)
+    L += _table(["what", "value"], [[md_cell(a), md_cell(b, newlines="space")] for a, b in rows])
     L += ["", "## What to try next", ""]
     L += [f"{i}. {s}" for i, s in enumerate(model.next_steps, 1)]
     if model.notes:
         L += ["", "## Notes on this run directory", ""]
-        L += [f"- {n}" for n in model.notes]
+        L += [f"- {md_text(n, newlines='space')}" for n in model.notes]
     return "\n".join(L).rstrip() + "\n"
-
-
-def _rate(t: dict[str, Any]) -> str:
-    ci = t.get("ci95") or [None, None]
-    rate = t.get("rate")
-    if rate is None or ci[0] is None:
-        return "-"
-    return f"{100 * rate:.1f}% ({100 * ci[0]:.1f}%-{100 * ci[1]:.1f}%)"
-
-
-def _alloc(x: dict[str, Any]) -> str | None:
-    a = x.get("allocation")
-    if not x.get("verdict"):
-        return None
-    if not a:
-        return str(x["verdict"])
-    return (f"{x['verdict']}: {a.get('address')} +{a.get('size')} ({a.get('source') or '?'}, "
-            f"from {a.get('nodeid') or '?'})")
 
 
 #: host frames kept in the report's example record; the full stack is in sanitizer/sanitizer.log
 _EXAMPLE_FRAMES = 8
 
 
-def _example_text(example: object) -> str:
+def example_text(example: object) -> str:
     """The first finding's record as compute-sanitizer printed it, host stack cut to what helps.
 
     A record is a dict (``sanitizer.json``) with its printed ``lines``; the host stack of a Python
