@@ -232,11 +232,12 @@ def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str
             sig = rec.get("signal_name") or (f"exit {rec.get('exit_status')}" if rec.get("exit_status") is not None else "died")
             markers.setdefault(pid, []).append({"kind": "crash", "t": rec.get("t"), "nodeid": rec.get("nodeid"),
                                                 "label": f"crash ({sig}): {rec.get('nodeid')}"})
+    offset = _mono_to_wall(events)
     for x in xids:
         pid = x.get("pid")
         if pid not in workers:
             continue  # an Xid of another process: listed in the table, not on a lane
-        t = x.get("t")
+        t = _xid_wall_time(x, offset)
         markers.setdefault(pid, []).append({"kind": "xid", "t": t, "nodeid": x.get("nodeid"),
                                             "label": f"Xid {x.get('xid')}"})
     lanes = []
@@ -251,6 +252,26 @@ def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str
                           markers=tuple(sorted(markers.get(pid, []), key=lambda m: m.get("t") or 0)),
                           device=devices.get(pid)))
     return lanes, order
+
+
+def _mono_to_wall(events: Sequence[Mapping[str, Any]]) -> float | None:
+    """``t - t_mono`` of the run's events (the median): turns a monotonic time into wall clock."""
+    diffs = sorted(rec["t"] - rec["t_mono"] for rec in events
+                   if isinstance(rec.get("t"), (int, float)) and isinstance(rec.get("t_mono"), (int, float)))
+    return diffs[len(diffs) // 2] if diffs else None
+
+
+def _xid_wall_time(x: Mapping[str, Any], offset: float | None) -> float | None:
+    """An Xid's wall-clock time: its own ``t``, else its kernel timestamp (``ts``, the monotonic
+    clock of /dev/kmsg) or the time the follower saw it (``t_seen_mono``) moved onto the wall clock."""
+    if isinstance(x.get("t"), (int, float)):
+        return float(x["t"])
+    if offset is None:
+        return None
+    for key in ("ts", "t_seen_mono"):
+        if isinstance(x.get(key), (int, float)):
+            return float(x[key]) + offset
+    return None
 
 
 def _decode_xid(x: Mapping[str, Any], mapping: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
