@@ -571,6 +571,7 @@ def _live(console: Any, progress: Progress, quiet: bool) -> _LiveLine | None:
 
 def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> None:
     """The end-of-run table: failing base tests, k of n, rate, 95% interval, Xids, mapping."""
+    from rich.markup import escape
     from rich.table import Table
 
     mapping = read_json(run_dir / Layout.MAPPING, default=None)
@@ -599,30 +600,32 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> N
                            for k, v in sorted(xid_by_test.get(r["base_nodeid"], Counter()).items()))
             vs = ", ".join(sorted(set(verdicts.get(r["base_nodeid"], []))))
             lo, hi = r["ci95"]
-            table.add_row(r["base_nodeid"], f"{r['failures']} of {r['runs']}",
-                          f"{r['rate']:.1%}", f"{lo:.1%}-{hi:.1%}", outs, xs or "-", vs or "-")
+            # ids are data: rich would read "[x/y]" in test_p[x/y] as markup and drop it
+            table.add_row(escape(r["base_nodeid"]), f"{r['failures']} of {r['runs']}",
+                          f"{r['rate']:.1%}", f"{lo:.1%}-{hi:.1%}", escape(outs), escape(xs or "-"),
+                          escape(vs or "-"))
         console.print(table)
     unattributed = [x for x in summary.get("xids", []) if not x.get("base_nodeid")]
     if unattributed:
         console.print(f"{len(unattributed)} Xid(s) not attributed to a test "
-                      "(another process, or no matching pid): see xid.jsonl")
+                      "(another process, or no matching pid): see xid.jsonl", markup=False)
     spread = [s for s in summary.get("xid_spread", []) if s["verdict"] != "single"]
     for s in spread:
         console.print(f"Xid {s['xid']}: {s['count']} on GPU(s) {', '.join(s['devices']) or '?'}: "
-                      f"{s['reading']}")
+                      f"{s['reading']}", markup=False)
     devices = summary.get("by_device", [])
     if len(devices) > 1:
         console.print("by device: " + "; ".join(
             f"{d['device']}: " + (f"{d['failures']} failed of {d['runs']}"
                                   if d.get("runs") is not None else "runs under 'unpinned'")
-            + f", {d['xids']} Xids" for d in devices))
+            + f", {d['xids']} Xids" for d in devices), markup=False)
     for line in kernel_log_lines(summary.get("kernel_log")):
-        console.print(line)
+        console.print(line, markup=False)
     if not summary.get("tests_run") and summary.get("pytest_exit_status") not in (None, 0, 5):
         # nothing ran (collection error, bad option): pytest's own words are in reproducer.log
         console.print(f"pytest exited {summary.get('pytest_exit_status')} before any test ran: "
                       + "; ".join(_collection_errors(run_dir / Layout.REPRODUCER_LOG))
-                      + f" (full output: {run_dir / Layout.REPRODUCER_LOG})")
+                      + f" (full output: {run_dir / Layout.REPRODUCER_LOG})", markup=False)
     w = summary.get("workers", {})
     outcomes = summary.get("outcomes", {})
     console.print(
@@ -630,8 +633,9 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> N
         f"{len(summary.get('failures', []))} failing ({outcomes.get('collateral', 0)} collateral), "
         f"{len(summary.get('xids', []))} Xids; workers crashed {w.get('crashed', 0)}, "
         f"hung {w.get('hung', 0)}, recycled {w.get('recycled', 0)}"
-        + (f"; stopped early: {summary['stopped_early']}" if summary.get("stopped_early") else ""))
-    console.print(f"run directory: {run_dir}")
+        + (f"; stopped early: {summary['stopped_early']}" if summary.get("stopped_early") else ""),
+        markup=False)
+    console.print(f"run directory: {run_dir}", markup=False)
 
 
 def _collection_errors(path: Path, limit: int = 3) -> list[str]:

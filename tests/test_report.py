@@ -1,4 +1,4 @@
-"""Report: golden Markdown of the constructed sample run, JSON content, tolerance, headless-Chromium HTML.
+"""Report: golden Markdown of the constructed sample run, JSON content, tolerance (HTML: test_report_html.py).
 
 Regenerate the golden file with ``FAULTHUNT_REGEN_GOLDEN=1 python -m pytest tests/test_report.py``.
 """
@@ -145,27 +145,4 @@ def test_empty_dir(tmp_path: Path) -> None:
     assert "Nothing failed" in render(m, "md")
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.mark.slow
-def test_html_in_headless_chromium(tmp_path: Path) -> None:
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("chromium not installed (apt-get install -y chromium)")
-    run = tmp_path / "run"
-    shutil.copytree(SAMPLE, run)
-    html = [p for p in write_reports(run, ("html",))][0]
-    assert "http://" not in html.read_text().replace('xmlns="http://www.w3.org/2000/svg"', "")
-    out = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                          "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
-                          html.resolve().as_uri()], capture_output=True, text=True, timeout=120)
-    dom = out.stdout
-    assert dom.count('class="lane"') == 4, out.stderr[-2000:]
-    assert 'class="marker marker-crash"' in dom
-    assert 'class="marker marker-xid"' in dom
-    assert 'class="marker marker-hang"' in dom
-    assert "outcome-hung" in dom and "outcome-crashed" in dom
-    assert 'id="markdown"' in dom
+# The HTML page in headless Chromium: tests/test_report_html.py.

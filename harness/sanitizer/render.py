@@ -102,6 +102,7 @@ def print_table(findings: Sequence[Finding], file: IO[str]) -> None:
     """The findings table on a terminal (rich), or plain text when rich is unavailable."""
     try:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
     except ImportError:  # pragma: no cover - rich is a dependency
         file.write(render_table(findings) + "\n")
@@ -111,8 +112,8 @@ def print_table(findings: Sequence[Finding], file: IO[str]) -> None:
     table = Table(title="compute-sanitizer findings (first = offending kernel)", show_lines=False)
     for i in keep:
         table.add_column(HEADERS[i], overflow="fold")
-    for row in rows:
-        table.add_row(*(row[i] for i in keep))
+    for row in rows:  # kernel names and test ids are data, not rich markup ("[x/y]", "[bold]")
+        table.add_row(*(escape(row[i]) for i in keep))
     isatty = getattr(file, "isatty", lambda: False)()
     # a pipe or a file gets the whole table unwrapped; a terminal gets its own width
     Console(file=file, soft_wrap=False, width=None if isatty else 240).print(table)
