@@ -21,7 +21,7 @@ class Lane:
 
     worker: str
     pid: int | None
-    spans: tuple[dict[str, Any], ...]      # {nodeid, t0, t1, outcome}
+    spans: tuple[dict[str, Any], ...]      # {nodeid, base_nodeid, t0, t1, outcome}
     markers: tuple[dict[str, Any], ...]    # {kind: crash|hang|xid|recycle, t, label, nodeid}
     device: str | None = None              # the worker's CUDA_VISIBLE_DEVICES (None: not pinned)
 
@@ -210,7 +210,8 @@ def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str
         if rec.get("device") is not None:
             devices.setdefault(pid, str(rec["device"]))
         if kind == "start":
-            span = {"nodeid": rec.get("nodeid"), "t0": rec.get("t"), "t1": None, "outcome": "crashed"}
+            span = {"nodeid": rec.get("nodeid"), "base_nodeid": rec.get("base_nodeid"), "t0": rec.get("t"),
+                    "t1": None, "outcome": "crashed"}
             spans.setdefault(pid, {})[str(rec.get("nodeid"))] = span
             order.setdefault(pid, []).append(span)
         elif kind == "end":
