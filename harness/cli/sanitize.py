@@ -112,4 +112,9 @@ def run(args: argparse.Namespace) -> int:
                           print_limit=args.print_limit, report_api_errors=args.report_api_errors,
                           leak_check=args.leak_check, kernel_filters=args.kernel, tests=args.test,
                           ledger=args.ledger)
+    from faulthunt.report.ci import write_ci_outputs  # GitHub step summary and annotations
+
+    for line in write_ci_outputs(result.out_dir.parent, "sanitize"):
+        if not args.quiet:
+            print(f"faulthunt sanitize: {line}", file=sys.stderr)
     return result.exit_status

@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-recycle", action="store_true",
                         help="keep a worker after a sticky CUDA error (later failures in it are "
                              "labelled collateral)")
+    parser.add_argument("--junitxml", type=Path, default=None, metavar="PATH",
+                        help="write a JUnit XML of the run: one testcase per base test with its "
+                             "runs, failures and rate (docs/ci.md)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no live progress or table")
 
 
@@ -74,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--count must be >= 1, not {args.count}")
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError("--timeout must be > 0 seconds")
+    if args.junitxml is not None:
+        from faulthunt.report.ci import check_output_path
+        check_output_path(args.junitxml, "--junitxml")
     maxfail = 1 if args.exitfirst else args.maxfail
     opts = StressOptions(
         pytest_args=tuple(args.pytest_args) + tuple(getattr(args, "extra", ()) or ()),
@@ -89,4 +95,9 @@ def run(args: argparse.Namespace) -> int:
     # Off a terminal (CI logs, files) rich would wrap the table at 80 columns.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     result = stress_and_report(opts, console=console)
+    from faulthunt.report.ci import write_ci_outputs  # GitHub step summary, annotations, JUnit
+
+    for line in write_ci_outputs(result.run_dir, "stress", junitxml=args.junitxml):
+        if not args.quiet:
+            print(f"faulthunt stress: {line}", file=sys.stderr)
     return result.exit_status
