@@ -1,20 +1,34 @@
-"""faulthunt session: a real detached tmux session on the kit, inspected with capture-pane."""
+"""faulthunt session: real detached tmux and tmate sessions on the kit, inspected with capture-pane.
+
+tmate is the real binary (Debian's tmate 2.4, installed by .ci/run). No tmate server is reachable
+from the test machine, and none may be contacted: each tmate test gets a HOME whose ~/.tmate.conf
+points tmate at a port on 127.0.0.1 (closed, or a listener that never speaks ssh), which is also
+what an air-gapped GPU node looks like to faulthunt.
+"""
 from __future__ import annotations
 
+import socket
 import shutil
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from faulthunt.errors import ToolMissingError, UsageError
-from faulthunt.session import (close_session, open_session, plan_session, session_alive,
-                               tmux_commands, wait_session)
+from faulthunt.session import (TMATE_CONF, close_session, local_plan, open_session, parse_tmate_server,
+                               plan_session, session_alive, start_tmate, tmate_config, tmate_server,
+                               tmux_commands, tmux_quote, wait_session)
 from faulthunt.stage import stage
 from test_stage import HOSTILE_IDS, make_project, make_run, no_sentinel
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+needs_tmate = pytest.mark.skipif(shutil.which("tmate") is None or shutil.which("tmux") is None,
+                                 reason="tmate or tmux not installed (apt-get install tmate tmux; "
+                                        ".ci/run installs both)")
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample user@host\n"
 
 
 @pytest.fixture()
@@ -89,8 +103,12 @@ def test_tmate_refuses_an_open_session(kit: Path, tmp_path: Path) -> None:
     empty.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample user@host\n")
     plan = plan_session(kit, use_tmate=True, authorized_keys=empty, which=which)
     first = tmux_commands(plan)[0]
-    assert first[:5] == ["tmate", "-S", str(plan.socket), "-a", str(empty.resolve())]
+    assert first[:7] == ["tmate", "-S", str(plan.socket), "-f", str(plan.kit / TMATE_CONF),
+                         "-a", str(empty.resolve())]
     assert plan_session(kit, use_tmate=True, allow_open=True, which=which).authorized_keys is None
+    # by default tmate only when asked to share: no keys and not open means local tmux
+    assert plan_session(kit, which=which).tool == "tmux"
+    assert plan_session(kit, authorized_keys=empty, which=which).tool == "tmate"
 
 
 def test_missing_tools_and_bad_input(kit: Path, tmp_path: Path) -> None:
@@ -103,3 +121,171 @@ def test_missing_tools_and_bad_input(kit: Path, tmp_path: Path) -> None:
         plan_session(kit, name="x; rm -rf /", use_tmate=False)
     with pytest.raises(UsageError):
         plan_session(kit, timeout=0, use_tmate=False)
+
+
+# --- tmate: the generated configuration (pure) -----------------------------------------------------
+
+def test_tmate_config_restricts_after_the_users_file(kit: Path, tmp_path: Path) -> None:
+    keys = tmp_path / "it's keys"
+    keys.write_text(KEY)
+    plan = plan_session(kit, use_tmate=True, authorized_keys=keys, which=lambda t: f"/usr/bin/{t}")
+    text = tmate_config(plan, tmp_path / ".tmate.conf")
+    lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    assert lines == [f"source-file {tmux_quote(str(tmp_path / '.tmate.conf'))}",
+                     f"set -g tmate-authorized-keys {tmux_quote(str(keys.resolve()))}"]
+    assert tmux_quote("a'b c") == "'a'\"'\"'b c'"
+    with pytest.raises(UsageError):
+        tmux_quote("a\nb")
+    open_plan = plan_session(kit, use_tmate=True, allow_open=True, which=lambda t: f"/usr/bin/{t}")
+    assert "tmate-authorized-keys" not in tmate_config(open_plan) and "OPEN session" in tmate_config(open_plan)
+
+
+def test_parse_tmate_server() -> None:
+    out = 'tmate-identity ""\ntmate-server-host "tmate.example.org"\ntmate-server-port 2222\n'
+    assert parse_tmate_server(out) == ("tmate.example.org", 2222)
+    assert parse_tmate_server("") == ("ssh.tmate.io", 22)
+
+
+# --- tmate: the real binary -----------------------------------------------------------------------
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def keys(tmp_path: Path) -> Path:
+    path = tmp_path / "authorized keys"
+    path.write_text(KEY)
+    return path
+
+
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: int) -> Path:
+    """A HOME whose ~/.tmate.conf sends tmate to 127.0.0.1:port (never to a real server)."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / ".tmate.conf").write_text(f'set -g tmate-server-host "127.0.0.1"\nset -g tmate-server-port {port}\n')
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture()
+def silent_server() -> Iterator[int]:
+    """A port on 127.0.0.1 that accepts connections and never says a word (not an ssh server)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    srv.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        srv.close()
+
+
+def _tmate_gone(plan) -> bool:  # type: ignore[no-untyped-def]
+    return subprocess.run(["tmate", "-S", str(plan.socket), "has-session"], capture_output=True).returncode != 0
+
+
+def _windows(tool: str, plan) -> list[str]:  # type: ignore[no-untyped-def]
+    return subprocess.run([tool, "-S", str(plan.socket), "list-windows", "-t", plan.name, "-F", "#{window_name}"],
+                          capture_output=True, text=True).stdout.split()
+
+
+@needs_tmate
+@pytest.mark.slow
+def test_real_tmate_session_starts_with_the_key_restriction(kit: Path, keys: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    port = _closed_port()
+    home = _home(tmp_path, monkeypatch, port)
+    plan = plan_session(kit, name="fhtmate", authorized_keys=keys, timeout=120)
+    assert plan.tool == "tmate"
+    start_tmate(plan, home=home)
+    try:
+        assert _windows("tmate", plan) == ["shell", "reproducer", "xid", "py-spy", "limit"]
+        conf = (kit / TMATE_CONF).read_text()
+        assert f"set -g tmate-authorized-keys {tmux_quote(str(keys.resolve()))}" in conf
+        assert f"source-file {tmux_quote(str(home / '.tmate.conf'))}" in conf
+        options = subprocess.run(["tmate", "-S", str(plan.socket), "show-options", "-s"],
+                                 capture_output=True, text=True).stdout
+        assert f'tmate-authorized-keys "{keys.resolve()}"' in options  # the running server has it
+        assert tmate_server(plan) == ("127.0.0.1", port)  # the user's own file was honoured
+    finally:
+        close_session(plan)
+        subprocess.run(["tmate", "-S", str(plan.socket), "kill-server"], capture_output=True)
+
+
+@needs_tmate
+@pytest.mark.slow
+def test_no_tmate_server_falls_back_to_tmux(kit: Path, keys: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    port = _closed_port()
+    _home(tmp_path, monkeypatch, port)
+    plan = plan_session(kit, name="fhfall", authorized_keys=keys, timeout=120)
+    t0 = time.monotonic()
+    info = open_session(plan)
+    local = local_plan(plan)
+    try:
+        assert time.monotonic() - t0 < 60  # "within seconds"; generous, against a hang only
+        assert info["tool"] == "tmux" and info["ssh"] is None
+        assert info["fallback"].startswith(f"no tmate server reachable at 127.0.0.1:{port} (")
+        assert "refused" in info["fallback"].lower()
+        assert info["attach"].startswith("tmux -S ") and str(local.socket) in info["attach"].replace("'", "")
+        assert _tmate_gone(plan)  # the unshared tmate session is not left behind
+        assert _windows("tmux", local) == ["shell", "reproducer", "xid", "py-spy", "limit"]
+        assert wait_for(lambda: "Repro kit for run" in capture(local, "shell"))  # the same kit
+    finally:
+        close_session(local)
+    no_sentinel(kit.parent)
+
+
+@needs_tmate
+@pytest.mark.slow
+def test_tmate_server_that_never_answers(kit: Path, keys: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch, silent_server: int) -> None:
+    _home(tmp_path, monkeypatch, silent_server)
+    plan = plan_session(kit, name="fhsilent", authorized_keys=keys, timeout=120)
+    info = open_session(plan, ready_timeout=2)
+    try:
+        assert info["fallback"] == (f"the tmate server 127.0.0.1:{silent_server} did not make the session "
+                                    "ready in 2 s")
+        assert _tmate_gone(plan) and session_alive(local_plan(plan))
+    finally:
+        close_session(local_plan(plan))
+
+
+@needs_tmate
+@pytest.mark.slow
+def test_session_command_says_so_and_falls_back(kit: Path, keys: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from faulthunt.cli import main
+
+    _home(tmp_path, monkeypatch, _closed_port())
+    assert main(["session", "--kit", str(kit), "--name", "fhcli", "--authorized-keys", str(keys),
+                 "--timeout", "60"]) == 0
+    local = local_plan(plan_session(kit, name="fhcli", use_tmate=False))
+    try:
+        out = capsys.readouterr().out
+        assert "tmate: no tmate server reachable at 127.0.0.1:" in out
+        assert "opened the same kit in a local tmux session instead" in out
+        assert f"attach: tmux -S {local.socket}" in out.replace("'", "")
+        assert session_alive(local)
+    finally:
+        close_session(local)

@@ -20,7 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default="faulthunt", help="tmux session name")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--tmate", dest="tmate", action="store_true", default=None,
-                       help="use tmate (default: when installed)")
+                       help="use tmate (default: when installed and --authorized-keys or --allow-open "
+                            "is given); with no tmate server reachable, falls back to local tmux "
+                            "and says so")
     group.add_argument("--no-tmate", dest="tmate", action="store_false", help="local tmux only")
     parser.add_argument("--authorized-keys", type=Path, default=None, metavar="FILE",
                         help="ssh public keys allowed to join a tmate session")
@@ -39,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Stage if needed, open the session, print how to attach; with --wait, block until it ends."""
     from faulthunt.rundir import resolve_run_dir
-    from faulthunt.session import open_session, plan_session, wait_session
+    from faulthunt.session import local_plan, open_session, plan_session, wait_session
     from faulthunt.stage import DEFAULT_KIT_DIR, stage
 
     kit = args.kit or DEFAULT_KIT_DIR
@@ -49,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
                         authorized_keys=args.authorized_keys, allow_open=args.allow_open,
                         timeout=args.timeout, start_reproducer=args.start, count=args.count)
     info = open_session(plan)
+    if info["fallback"]:
+        print(f"tmate: {info['fallback']}; opened the same kit in a local tmux session instead")
+        plan = local_plan(plan)
     print(f"session {info['name']} ({plan.tool}) open in {plan.kit}; ends in {plan.timeout:g} s "
           f"or when you `touch {plan.kit / 'continue'}`")
     print(f"attach: {info['attach']}")
