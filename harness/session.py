@@ -21,6 +21,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,11 +245,8 @@ def tmate_unreachable(plan: SessionPlan, *, connect_timeout: float = CONNECT_TIM
     answers at once; a dropped packet takes ``connect_timeout``), then tmate's own readiness.
     """
     host, port = tmate_server(plan)
-    try:
-        with socket.create_connection((host, port), timeout=connect_timeout):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
+    reason = probe_tcp(host, port, connect_timeout)
+    if reason is not None:
         return f"no tmate server reachable at {host}:{port} ({reason})"
     try:
         proc = subprocess.run(["tmate", "-S", str(plan.socket), "wait", "tmate-ready"],
@@ -258,6 +256,27 @@ def tmate_unreachable(plan: SessionPlan, *, connect_timeout: float = CONNECT_TIM
     if proc.returncode != 0:
         return f"tmate failed while connecting to {host}:{port}: {proc.stderr.decode(errors='replace').strip()}"
     return None
+
+
+def probe_tcp(host: str, port: int, timeout: float) -> str | None:
+    """Why a TCP connection to ``host:port`` cannot be made within ``timeout`` s; None if it can.
+
+    The name lookup is bounded too (``create_connection``'s timeout is not): on a node without
+    a reachable DNS server ``getaddrinfo`` can block for tens of seconds.
+    """
+    outcome: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc.strerror or str(exc) or type(exc).__name__)
+
+    worker = threading.Thread(target=connect, name="faulthunt-tmate-probe", daemon=True)
+    worker.start()
+    worker.join(timeout + 1.0)
+    return outcome[0] if outcome else f"no answer within {timeout:g} s"
 
 
 def _refuse_if_open(plan: SessionPlan) -> None:

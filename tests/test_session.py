@@ -289,3 +289,16 @@ def test_session_command_says_so_and_falls_back(kit: Path, keys: Path, tmp_path:
         assert session_alive(local)
     finally:
         close_session(local)
+
+
+def test_probe_is_bounded_even_when_the_lookup_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name lookup that blocks (no reachable DNS server) still answers within the timeout."""
+    from faulthunt import session
+
+    release = threading.Event()
+    monkeypatch.setattr(session.socket, "create_connection", lambda *a, **k: release.wait(30))
+    try:
+        assert session.probe_tcp("tmate.example", 22, 0.2) == "no answer within 0.2 s"
+    finally:
+        release.set()
+    assert session.probe_tcp("127.0.0.1", _closed_port(), 5) == "Connection refused"
