@@ -296,9 +296,15 @@ def test_probe_is_bounded_even_when_the_lookup_hangs(monkeypatch: pytest.MonkeyP
     from faulthunt import session
 
     release = threading.Event()
-    monkeypatch.setattr(session.socket, "create_connection", lambda *a, **k: release.wait(30))
+
+    def blocked_lookup(*args, **kwargs):  # type: ignore[no-untyped-def]
+        release.wait(30)
+        raise OSError("lookup released")
+
+    monkeypatch.setattr(session.socket, "create_connection", blocked_lookup)
     try:
         assert session.probe_tcp("tmate.example", 22, 0.2) == "no answer within 0.2 s"
     finally:
         release.set()
+    monkeypatch.undo()
     assert session.probe_tcp("127.0.0.1", _closed_port(), 5) == "Connection refused"
