@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -36,7 +36,7 @@ def check_output_path(path: Path, option: str) -> None:
                          fix="choose a path whose folders are folders")
 
 
-def repo_locator(run_dir: Path, env: Mapping[str, str]):  # type: ignore[no-untyped-def]
+def repo_locator(run_dir: Path, env: Mapping[str, str]) -> Callable[[str], tuple[str | None, int | None]]:
     """``nodeid -> (file relative to the workspace, line of its def)`` for annotations.
 
     A node id is relative to the directory pytest ran in (run.json ``cwd``); GitHub wants paths

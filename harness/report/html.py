@@ -174,7 +174,7 @@ def _lane_label(lane: Lane) -> str:
     return f"{lane.worker} \u00b7 pid {lane.pid if lane.pid is not None else '?'}{gpu}"
 
 
-def _gpu_rows(model: ReportModel, lanes: Sequence[Lane]) -> list[tuple[str, list[tuple[float, str, str | None, Any]]]]:
+def _gpu_rows(lanes: Sequence[Lane]) -> list[tuple[str, list[tuple[float, str, str | None, Any]]]]:
     """One row per GPU (the workers' CUDA_VISIBLE_DEVICES): failing spans' ends and Xids on it."""
     rows: dict[str, list[tuple[float, str, str | None, Any]]] = {}
     for lane in lanes:
@@ -195,7 +195,7 @@ def render_timeline(model: ReportModel, anchors: Anchors | None = None) -> str:
     """Inline SVG: one lane per worker process (natural order), then one row per GPU."""
     anchors = anchors or Anchors(model)
     lanes = sorted_lanes(model.lanes)
-    gpu_rows = _gpu_rows(model, lanes)
+    gpu_rows = _gpu_rows(lanes)
     n_rows = max(1, len(lanes)) + len(gpu_rows)
     h = TOP + LANE_H * n_rows + 44
     full_w = WIDTH + LEFT + 20
