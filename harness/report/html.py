@@ -71,7 +71,9 @@ th,td{border:1px solid #d0d7de;padding:.3em .6em;text-align:left;vertical-align:
 th{background:#f3f5f7}table.sortable th{cursor:pointer}
 table.sortable th[data-dir=asc]::after{content:" \\25B2"}table.sortable th[data-dir=desc]::after{content:" \\25BC"}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
-td.id{font-family:ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace;word-break:break-all}
+td.id{font-family:ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace;overflow-wrap:anywhere}
+#failures-table td.id,#xids-table td.id:nth-child(5){min-width:24em}
+pre.stack{max-height:32em;overflow:auto}td.nowrap{white-space:nowrap;overflow-wrap:normal}
 tr:target{background:#fff3c4}
 pre{background:#f6f8fa;border:1px solid #e1e4e8;padding:.8em;overflow-x:auto;font-size:.85em}
 code{font-family:ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace}
@@ -320,7 +322,7 @@ def xids_table(model: ReportModel) -> str:
         access = " ".join(filter(None, [x.get("access_type"), x.get("fault_type")])) or None
         rows.append(f'<tr id="xid-{i + 1}">' + _td(x.get("xid"), "num") + _td(x.get("category"))
                     + _td(gpu_text(x.get("device") or x.get("pci"), model)) + _td(x.get("pid"), "num")
-                    + _td(x.get("nodeid") or x.get("mapped_test"), "id") + _td(x.get("page"), "id")
+                    + _td(x.get("nodeid") or x.get("mapped_test"), "id") + _td(x.get("page"), "id nowrap")
                     + _td(x.get("engine")) + _td(access) + _td(allocation_text(x)) + "</tr>")
     return _table("xids-table", [("Xid", "num"), ("category", "text"), ("GPU", "text"), ("pid", "num"),
                                  ("test", "text"), ("fault page", "text"), ("engine", "text"),
