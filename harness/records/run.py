@@ -72,7 +72,8 @@ def assemble_spans(events: Iterable[Any], controller: Iterable[Any] = ()) -> lis
             spans.append(_ended(ev, open_.pop((ev.pid, ev.nodeid), None)))
     for start in open_.values():
         spans.append(_unended(start, crash_by_key.get((start.worker, start.nodeid))))
-    spans.sort(key=lambda s: (s.t0 if s.t0 is not None else float("inf"), s.nodeid))
+    # stable: spans without a start time keep the order they were written in
+    spans.sort(key=lambda s: s.t0 if s.t0 is not None else float("inf"))
     return label_collateral(spans)
 
 
