@@ -288,7 +288,7 @@ def parse_jsonl(text: str) -> JsonlRead:
             continue
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # junk, a torn line, nesting past the stack
             skipped += 1
             continue
         if isinstance(obj, dict):
@@ -328,22 +328,27 @@ def read_jsonl_dir(directory: Path | str, pattern: str = "*.jsonl") -> JsonlRead
 
 
 def read_json(path: Path | str, default: Any = ..., ) -> Any:
-    """Read a JSON document; ``default`` is returned for a missing file if given."""
+    """Read a JSON document; ``default`` is returned for a missing file if given.
+
+    Anything else that stops it being read (not UTF-8, not JSON, nested past the stack, a
+    directory in its place) is a :class:`RunDirError` that names the file. Run files are read
+    through :class:`RunDir`, which validates them; this is for other JSON files.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         if default is not ...:
             return default
         raise RunDirError(f"{path} does not exist",
                           fix="is this a faulthunt run directory? `faulthunt stress` makes one") from None
     except OSError as exc:
-        raise RunDirError(f"cannot read {path}: {exc.strerror}") from exc
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise RunDirError(f"{path} is not valid JSON ({exc})",
-                          fix="the file was damaged; rerun the command that writes it") from exc
+        raise RunDirError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    value, why = codec.decode_json(data)
+    if why is not None:
+        raise RunDirError(f"{path} is not valid JSON ({why})",
+                          fix="the file was damaged; rerun the command that writes it")
+    return value
 
 
 def iter_lines(fh: IO[str]) -> Iterator[str]:
