@@ -31,6 +31,7 @@ never writes, and never raises on bad data: what it could not read is a
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import secrets
@@ -604,27 +605,31 @@ class RunDir:
         self._skipped[counter] = self._skipped.get(counter, 0) + bad
         return out
 
-    def worker_files(self) -> tuple[Path, ...]:
-        """``events/*.jsonl``, sorted by name (one per worker process)."""
+    def worker_files(self, worker: str | None = None) -> tuple[Path, ...]:
+        """``events/*.jsonl``, sorted by name (one per worker process); of one worker id
+        (``gw0``: each process that slot had) when ``worker`` is given."""
         directory = self.path / Layout.EVENTS_DIR
+        pattern = f"{glob.escape(worker)}-*.jsonl" if worker else "*.jsonl"
         if directory.exists() and not directory.is_dir():
             self._cached("events-not-dir", lambda: self._problem(
                 Layout.EVENTS_DIR, "a file where the events directory should be"))
             return ()
         try:
-            return tuple(sorted(directory.glob("*.jsonl")))
+            return tuple(sorted(directory.glob(pattern)))
         except OSError as exc:
             self._problem(Layout.EVENTS_DIR, f"cannot be listed: {exc.strerror or exc}")
             return ()
 
-    def worker_events(self) -> tuple[WorkerEvent | OtherEvent, ...]:
-        """Every worker event of the run, file by file (sorted by name), each in write order."""
+    def worker_events(self, worker: str | None = None) -> tuple[WorkerEvent | OtherEvent, ...]:
+        """Every worker event of the run (of one worker id, when given), file by file (sorted by
+        name), each file in write order."""
         def read() -> tuple[WorkerEvent | OtherEvent, ...]:
             out: list[Any] = []
-            for path in self.worker_files():
-                out.extend(self._jsonl(path, decode_worker_event, Layout.EVENTS_DIR))
+            for path in self.worker_files(worker):
+                out.extend(self._jsonl(path, decode_worker_event,
+                                       Layout.EVENTS_DIR if worker is None else "events-of-worker"))
             return tuple(out)
-        return self._cached("events", read)
+        return self._cached("events" if worker is None else f"events:{worker}", read)
 
     def controller(self) -> tuple[ControllerEvent | OtherEvent, ...]:
         """``controller.jsonl``: session bounds, dead workers, crashes, recycles."""
