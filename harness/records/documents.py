@@ -252,6 +252,8 @@ class MappingEntry(Doc, frozen=True, kw_only=True, omit_defaults=True):
     allocation: dict[str, Any] | None = None
     reason: str | None = None
     basis: str | None = None
+    #: a sanitizer-based verdict: what the ledger said first (None or unmapped)
+    ledger_verdict: str | None = None
     xid: int | None = None
     seq: int | None = None
     kind: str | None = None
