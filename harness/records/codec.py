@@ -91,13 +91,29 @@ def convert(value: Any, type_: type[T]) -> tuple[T | None, str | None]:
         return None, _why(exc)
 
 
-def decode_as(data: bytes, type_: type[T]) -> tuple[T | None, str | None]:
+def decode_as(data: bytes, type_: Any) -> tuple[Any, str | None]:
     """JSON bytes straight into ``type_`` (one pass), or (None, why)."""
+    return decode_with(decoder(type_), data)
+
+
+def decoder(type_: Any) -> msgspec.json.Decoder[Any]:
+    """A reusable decoder for ``type_`` (building one per line costs more than the decoding)."""
+    got = _DECODERS.get(id(type_))
+    if got is None or got[0] is not type_:
+        got = _DECODERS[id(type_)] = (type_, msgspec.json.Decoder(type_))
+    return got[1]
+
+
+_DECODERS: dict[int, tuple[Any, msgspec.json.Decoder[Any]]] = {}
+
+
+def decode_with(dec: msgspec.json.Decoder[Any], data: bytes) -> tuple[Any, str | None]:
+    """JSON bytes through a typed decoder, or (None, why)."""
     try:
-        return msgspec.json.decode(data, type=type_), None
+        return dec.decode(data), None
     except msgspec.DecodeError as exc:
         value, why = _decode_stdlib(data, exc)
-        return (None, why) if why is not None else convert(value, type_)
+        return (None, why) if why is not None else convert(value, dec.type)
     except DECODE_ERRORS as exc:
         return None, _why(exc)
 

@@ -13,7 +13,7 @@ from typing import Any, Union
 
 import msgspec
 
-from faulthunt.records.codec import DECODE_ERRORS, Doc, decode_as, decode_json
+from faulthunt.records.codec import DECODE_ERRORS, Doc, decode_json, decode_with, decoder
 
 
 class StickyError(Doc, frozen=True, kw_only=True):
@@ -179,7 +179,7 @@ _CONTROLLER_TAGS = _tags(CONTROLLER_EVENT_TYPES)
 
 def _decode_event(line: bytes, union: Any, known: frozenset[str]
                   ) -> tuple[Any, str | None]:
-    event, why = decode_as(line, union)
+    event, why = decode_with(decoder(union), line)
     if why is None:
         return event, None
     # a valid line of a kind we do not know is not damage: keep it as OtherEvent
