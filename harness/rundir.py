@@ -195,21 +195,34 @@ def dumps(obj: Any, indent: int | None = None) -> str:
 
 
 def write_text_atomic(path: Path | str, text: str) -> None:
-    """Replace ``path`` with ``text`` so that a reader never sees half a file."""
+    """Replace ``path`` with ``text`` so that a reader never sees half a file.
+
+    A place that cannot be written (a directory in the way, no permission, a full disk) is a
+    :class:`RunDirError` naming the file.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise RunDirError(f"cannot write {path}: {exc.strerror or exc}",
+                          fix="make its directory writable (a file in the way of a directory?)"
+                          ) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):
+            raise RunDirError(f"cannot write {path}: {exc.strerror or exc}",
+                              fix="remove what is in its place (a directory?) or free the disk"
+                              ) from exc
         raise
 
 

@@ -446,7 +446,7 @@ def write_kit(plan: KitPlan, kit_dir: Path, *, force: bool = False) -> dict[str,
     try:  # let the run know where its kit is (reports link it); the run may be read-only
         write_json_atomic(plan.run_dir / Layout.STAGE_DIR / "kit.json",
                           {"kit": str(kit_dir), "staged": plan.staged_wall})
-    except OSError:
+    except RunDirError:
         pass
     return {"kit": kit_dir, "files": sorted([*files, "system_identity.txt", "run/"]),
             "copy_problems": problems}
