@@ -26,6 +26,7 @@ the same gateway spec (and so the same ``CUDA_VISIBLE_DEVICES``).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -38,7 +39,7 @@ import msgspec
 from faulthunt import context
 from faulthunt.cudaerrors import find_sticky
 from faulthunt.records.events import (Crash, Hang, ProcessInfo, Recycle, Recycled, RecycleLost,
-                                      SessionFinish, SessionStart, StickyError, TestEnd,
+                                      RestartLimit, SessionFinish, SessionStart, StickyError, TestEnd,
                                       TestStart, WorkerDown, WorkerHello)
 from faulthunt.rundir import RUN_DIR_ENV, JsonlWriter, Layout, RunDir
 
@@ -60,28 +61,45 @@ _LONGREPR_LIMIT = 8000
 def base_nodeid(item: pytest.Item) -> str:
     """The node id of ``item`` without pytest-repeat's step, from the item's parametrization.
 
-    pytest-repeat parametrizes ``__pytest_repeat_step_number`` with ids ``"<i+1>-<n>"``; the
-    callspec keeps one id per parametrize call in ``_idlist``. We drop exactly that id and
-    rebuild the name, so ``test_a[float32-3-50]`` -> ``test_a[float32]`` and ``test_a[2-5]`` ->
-    ``test_a``, while a user parameter that merely looks like ``3-50`` stays.
+    pytest-repeat parametrizes ``__pytest_repeat_step_number`` with the id ``"<i+1>-<n>"``; the
+    callspec's public ``id`` joins every parametrization's id with ``-``. We drop exactly that
+    step's id (searching from the end: pytest-repeat's generate_tests hook runs after pytest's own
+    parametrize markers) and rebuild the name, so ``test_a[float32-3-50]`` -> ``test_a[float32]``
+    and ``test_a[2-5]`` -> ``test_a``, while a user parameter that merely looks like ``3-50``
+    stays.
     """
     callspec = getattr(item, "callspec", None)
     if callspec is None or REPEAT_PARAM not in callspec.params:
         return item.nodeid
-    step = callspec.params[REPEAT_PARAM]
-    ids = list(getattr(callspec, "_idlist", ()))
-    prefix = f"{int(step) + 1}-"  # type: ignore[call-overload]
-    # pytest-repeat's generate_tests hook runs after pytest's own parametrize markers are
-    # applied, so its id is the last one that has its shape; search from the end.
-    for i in range(len(ids) - 1, -1, -1):
-        tail = ids[i][len(prefix):]
-        if ids[i].startswith(prefix) and tail.isdigit():
-            del ids[i]
-            break
+    ids = _without_step(str(callspec.id), int(callspec.params[REPEAT_PARAM]), _repeat_count(item))
     name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
     parent = item.parent.nodeid if item.parent is not None else ""
     base = f"{parent}::{name}" if parent else name
-    return f"{base}[{'-'.join(ids)}]" if ids else base
+    return f"{base}[{ids}]" if ids else base
+
+
+def _repeat_count(item: pytest.Item) -> int | None:
+    """The repeat count pytest-repeat used for ``item``: its ``repeat`` marker, else ``--count``."""
+    marker = item.get_closest_marker("repeat")
+    if marker is not None and marker.args:
+        try:
+            return int(marker.args[0])
+        except (TypeError, ValueError):
+            return None
+    count = item.config.getoption("count", None)
+    return count if isinstance(count, int) else None
+
+
+def _without_step(ids: str, step: int, count: int | None) -> str:
+    """``ids`` (``-``-joined) without pytest-repeat's ``<step+1>-<count>`` (the last one)."""
+    n = str(count) if count is not None else r"\d+"
+    found = list(re.finditer(rf"(?<![^-]){step + 1}-{n}(?![^-])", ids))
+    if not found:
+        return ids
+    left, right = ids[:found[-1].start()], ids[found[-1].end():]
+    if left and right:
+        return left[:-1] + right
+    return left[:-1] if left else right[1:]
 
 
 def _now() -> dict[str, float]:
@@ -288,6 +306,19 @@ class WorkerRecorder:
         os._exit(EXIT_HUNG)
 
 
+def _max_worker_restart(config: pytest.Config) -> int | None:
+    """xdist's restart budget, by its own rule (xdist.dsession.get_default_max_worker_restart):
+    ``--max-worker-restart``, else 4 per worker of ``-n``, else none."""
+    value = config.getoption("maxworkerrestart", None)
+    if value is not None:
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return None
+    workers = config.getoption("numprocesses", None)
+    return workers * 4 if isinstance(workers, int) and workers > 0 else None
+
+
 def _rel(path: Path | None, root: Path) -> str | None:
     if path is None:
         return None
@@ -325,6 +356,8 @@ class ControllerRecorder:
         self.run_dir = run_dir
         self.log = JsonlWriter(run_dir / Layout.CONTROLLER)
         self._down: dict[str, WorkerDown] = {}
+        self._errordowns = 0
+        self._restart_limit = _max_worker_restart(config)
         self.log.write(SessionStart(pid=os.getpid(), argv=[str(a) for a in config.invocation_params.args],
                                     xdist=config.getoption("dist", "no") != "no", **_now()))
 
@@ -349,6 +382,12 @@ class ControllerRecorder:
                           device=node.gateway.spec.env.get("CUDA_VISIBLE_DEVICES"), **_now())
         self._down[worker] = down
         self.log.write(down)
+        # xdist has no hook or public state for "restart budget exhausted"; it counts the nodes
+        # that went down with an error against --max-worker-restart (dsession.worker_errordown),
+        # and so do we, from its public option and this public hook, instead of its wording.
+        self._errordowns += 1
+        if self._restart_limit is not None and self._errordowns == self._restart_limit + 1:
+            self.log.write(RestartLimit(limit=self._restart_limit, down=self._errordowns, **_now()))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:

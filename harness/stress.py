@@ -26,7 +26,7 @@ from typing import Any
 
 from faulthunt.errors import ExitCode, FaulthuntError, UsageError
 from faulthunt.records.documents import RunInfo
-from faulthunt.records.events import Crash, Recycled, TestEnd, TestStart
+from faulthunt.records.events import Crash, Recycled, RestartLimit, TestEnd, TestStart
 from faulthunt.rundir import (RUN_DIR_ENV, DEFAULT_BASE, Layout, JsonlWriter, RunDir, RunTail,
                               create_run_dir, dumps, write_json_atomic, write_run_info,
                               write_text_atomic)
@@ -377,7 +377,6 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
     kernlog.start()
 
     pytest_status: int | None = None
-    restart_budget_hit: list[str] = []
     log = open(run_dir / Layout.REPRODUCER_LOG, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -398,9 +397,6 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
             log.flush()
             if progress.total is None:
                 progress.total = parse_total(line)
-            if "maximum crashed workers reached" in line:
-                # xdist's restart budget ran out: the rest of the suite did not run
-                restart_budget_hit.append(line.strip())
             if on_line is not None:
                 on_line(line.rstrip("\n"))
 
@@ -454,7 +450,7 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
         live_xids.close()
     try:
         return _finish_run(run_dir, opts, run_info, kernlog, xids, pytest_status, interrupted,
-                           restart_budget_hit, warnings, warn)
+                           warnings, warn)
     finally:
         if in_main:
             signal.signal(signal.SIGINT, previous)
@@ -462,7 +458,7 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
 
 def _finish_run(run_dir: Path, opts: StressOptions, run_info: RunInfo,
                 kernlog: KernelLogWatch, xids: list[dict[str, Any]] | None,
-                pytest_status: int | None, interrupted: bool, restart_budget_hit: list[str],
+                pytest_status: int | None, interrupted: bool,
                 warnings: list[str], warn: Callable[[str], None]) -> StressResult:
     """Everything after pytest exited: attributed xid.jsonl, summary.json, run.json, mapping."""
     from faulthunt.summary import (attribute_xids, build_summary, found_something,
@@ -480,8 +476,10 @@ def _finish_run(run_dir: Path, opts: StressOptions, run_info: RunInfo,
     exit_status = exit_status_for(pytest_status, found_something(summary))
     if interrupted:
         exit_status = ExitCode.INTERRUPTED
-    if restart_budget_hit and not summary.get("stopped_early"):
-        summary["stopped_early"] = (f"xdist: {restart_budget_hit[0]} "
+    limit = next((c for c in run.controller() if isinstance(c, RestartLimit)), None)
+    if limit is not None and not summary.get("stopped_early"):
+        # xdist's restart budget ran out (the plugin records it): the rest did not run
+        summary["stopped_early"] = (f"xdist: maximum crashed workers reached: {limit.limit} "
                                     "(raise --max-worker-restart to run the rest)")
     summary["exit_status"] = int(exit_status)
     summary["pytest_exit_status"] = pytest_status

@@ -147,6 +147,15 @@ class RecycleLost(_Event, frozen=True, kw_only=True, tag="recycle_lost"):
     reason: str | None = None
 
 
+class RestartLimit(_Event, frozen=True, kw_only=True, tag="restart_limit"):
+    """xdist's worker-restart budget ran out (``--max-worker-restart``): it stops the session
+    and the tests not yet run never run."""
+
+    limit: int | None = None
+    #: workers that went down with an error so far (xdist counts recycled ones too)
+    down: int | None = None
+
+
 class SessionFinish(_Event, frozen=True, kw_only=True, tag="session_finish"):
     exitstatus: int | None = None
     shouldstop: str | None = None
@@ -163,10 +172,11 @@ class OtherEvent(Doc, frozen=True, kw_only=True):
 
 WORKER_EVENT_TYPES: tuple[type[_Event], ...] = (WorkerHello, TestStart, TestEnd, Hang, Recycle)
 CONTROLLER_EVENT_TYPES: tuple[type[_Event], ...] = (SessionStart, WorkerDown, Crash, Recycled,
-                                                    RecycleLost, SessionFinish)
+                                                    RecycleLost, RestartLimit, SessionFinish)
 
 WorkerEvent = Union[WorkerHello, TestStart, TestEnd, Hang, Recycle]
-ControllerEvent = Union[SessionStart, WorkerDown, Crash, Recycled, RecycleLost, SessionFinish]
+ControllerEvent = Union[SessionStart, WorkerDown, Crash, Recycled, RecycleLost, RestartLimit,
+                        SessionFinish]
 
 
 def _tags(types: tuple[type[_Event], ...]) -> frozenset[str]:
