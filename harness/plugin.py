@@ -102,7 +102,8 @@ def _without_step(ids: str, step: int, count: int | None) -> str:
     return left[:-1] if left else right[1:]
 
 
-def _now() -> dict[str, float]:
+def _now() -> dict[str, Any]:
+    """``t`` and ``t_mono`` of a record: now, on the wall and the monotonic clock."""
     return {"t": time.time(), "t_mono": time.monotonic()}
 
 

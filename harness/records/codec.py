@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -113,7 +113,7 @@ def decode_with(dec: msgspec.json.Decoder[Any], data: bytes) -> tuple[Any, str |
         return dec.decode(data), None
     except msgspec.DecodeError as exc:
         value, why = _decode_stdlib(data, exc)
-        return (None, why) if why is not None else convert(value, dec.type)
+        return (None, why) if why is not None else convert(value, cast(Any, dec.type))
     except DECODE_ERRORS as exc:
         return None, _why(exc)
 

@@ -68,8 +68,8 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
     notes: list[str] = []
-    docs = {Layout.RUN: run.run_info(), Layout.IDENTITY: run.identity(),
-            Layout.SUMMARY: run.summary(), Layout.MAPPING: run.mapping()}
+    docs: dict[str, Any] = {Layout.RUN: run.run_info(), Layout.IDENTITY: run.identity(),
+                            Layout.SUMMARY: run.summary(), Layout.MAPPING: run.mapping()}
     sanitizer = run.sanitizer()
     events = [_plain(e) for e in run.worker_events()]
     controller = [_plain(e) for e in run.controller()]
