@@ -3,33 +3,16 @@
 Import name ``faulthunt`` (sources in ``harness/``); the planted-fault kernels are
 ``faulthunt.kernels`` (sources in ``kernels/``).
 
-This package is also the pytest plugin: ``pytest -p faulthunt`` imports ``faulthunt`` and
-registers its ``pytest_*`` functions, thin forwarders into :mod:`faulthunt.plugin` that import it
-only when pytest calls them, so ``import faulthunt`` for the CLI stays cheap and does not import
-pytest. See docs/plugin.md.
+The pytest plugin is :mod:`faulthunt.plugin`, loaded through the ``pytest11`` entry point named
+``faulthunt`` (every pytest session where faulthunt is installed; it does nothing without a run
+directory). ``pytest -p faulthunt`` stays an alias, for sessions that disable plugin autoloading:
+it registers this package, whose ``pytest_plugins`` makes pytest load faulthunt.plugin. The two
+never load the plugin twice: ``-p faulthunt`` takes the name ``faulthunt`` first, and pytest
+then passes over the entry point of that name. ``import faulthunt`` for the CLI stays cheap:
+nothing here imports pytest. See docs/plugin.md.
 """
 
 __version__ = "0.1.0"
 
-# The two hooks pytest needs to find on the package for ``pytest -p faulthunt``. They are real
-# functions (pluggy >= 1.7, with pytest 9.2, looks hooks up statically and no longer sees a module
-# ``__getattr__``) that import faulthunt.plugin only when pytest calls them, so ``import faulthunt``
-# for the CLI stays cheap. Options mirror faulthunt.plugin's own hookimpls.
-def pytest_addoption(parser):  # type: ignore[no-untyped-def]
-    from faulthunt import plugin
-
-    plugin.pytest_addoption(parser)
-
-
-def _trylast(fn):  # type: ignore[no-untyped-def]
-    # pytest.hookimpl(trylast=True) without importing pytest at package import
-    fn.pytest_impl = {"wrapper": False, "hookwrapper": False, "optionalhook": False,
-                      "tryfirst": False, "trylast": True, "specname": None}  # what pluggy marks
-    return fn
-
-
-@_trylast
-def pytest_configure(config):  # type: ignore[no-untyped-def]
-    from faulthunt import plugin
-
-    plugin.pytest_configure(config)
+#: what ``pytest -p faulthunt`` loads along with this package (pytest reads it on registration)
+pytest_plugins = ["faulthunt.plugin"]

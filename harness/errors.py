@@ -6,6 +6,25 @@ the CLI prints both and turns the error into an exit code (see :mod:`faulthunt.c
 
 from __future__ import annotations
 
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Exit statuses of every faulthunt command (docs/stress.md).
+
+    Here, at the bottom of the import graph, so that engines (stress, sanitize) can record the
+    status of a run in its documents without importing the CLI; :func:`faulthunt.cli.main` is
+    still the one place that turns results and errors into the process's exit status.
+    """
+
+    OK = 0
+    #: the command ran and found something: failures, crashes, hangs, Xids, sanitizer errors
+    FOUND = 1
+    USAGE = 2
+    BAD_INPUT = 3
+    TOOL_MISSING = 4
+    INTERRUPTED = 130
+
 
 class FaulthuntError(Exception):
     """Base of all user-facing faulthunt errors.
@@ -13,7 +32,7 @@ class FaulthuntError(Exception):
     ``message`` says what went wrong; ``fix`` says what the user can do about it.
     """
 
-    exit_code: int = 2
+    exit_code: int = ExitCode.USAGE
 
     def __init__(self, message: str, fix: str | None = None) -> None:
         super().__init__(message)
@@ -29,22 +48,22 @@ class FaulthuntError(Exception):
 class UsageError(FaulthuntError):
     """The command line asks for something that cannot be done."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class InputError(FaulthuntError):
     """Input (a file, a log, a run directory) could not be read at all."""
 
-    exit_code = 3
+    exit_code = ExitCode.BAD_INPUT
 
 
 class RunDirError(FaulthuntError):
     """A run directory is missing or unreadable."""
 
-    exit_code = 3
+    exit_code = ExitCode.BAD_INPUT
 
 
 class ToolMissingError(FaulthuntError):
     """An external tool (compute-sanitizer, py-spy, tmux...) is not installed."""
 
-    exit_code = 4
+    exit_code = ExitCode.TOOL_MISSING

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from faulthunt.errors import InputError, UsageError
 from faulthunt.ledger.reader import Ledger, Life, PidLedger, load_ledger, no_gc
 from faulthunt.ledger.writer import seal_dead
 from faulthunt.records.ledger import KIND_SEGMENT
+from faulthunt.records.run import TestSpan
 
 PAGE_SIZE = 4096
 #: addresses below this are a null pointer plus an offset (the first 64 KiB are never mapped)
@@ -479,47 +480,41 @@ def map_run(run_dir: Path) -> list[dict[str, Any]]:
     (ledger verdicts carry ``basis: "ledger"``). Writes ``run_dir/mapping.json`` and returns its
     entries; an entry that cannot be mapped has ``verdict: null`` and a ``reason``.
     """
-    from faulthunt.rundir import Layout, read_json, read_jsonl, write_json_atomic
+    from faulthunt.rundir import Layout, RunDir, write_json_atomic
 
-    run_dir = Path(run_dir)
+    run = RunDir(run_dir)
     out: list[dict[str, Any]] = []
-    ledger = _safe_load(run_dir / Layout.LEDGER_DIR)
-    for rec in read_jsonl(run_dir / Layout.XID).records:
-        mmu = rec.get("mmu") or {}
-        if rec.get("xid") != 31 or not isinstance(mmu.get("address"), int):
+    ledger = _safe_load(run.ledger_dir())
+    for rec in run.xids():
+        if rec.xid != 31 or rec.mmu is None or rec.mmu.address is None:
             continue
-        origin = {"origin": "xid", "xid": 31, "seq": rec.get("seq"), "ts": rec.get("ts"),
-                  "raw": rec.get("raw"), "worker": rec.get("worker"),
-                  "attributed_nodeid": rec.get("nodeid")}
-        entry = _map_one(ledger, mmu["address"], rec.get("pid"), rec, page=True)
+        origin = {"origin": "xid", "xid": 31, "seq": rec.seq, "ts": rec.ts,
+                  "raw": rec.raw, "worker": rec.worker,
+                  "attributed_nodeid": rec.nodeid}
+        entry = _map_one(ledger, rec.mmu.address, rec.pid, rec.to_json(), page=True)
         if entry.get("verdict") is not None:
             entry["basis"] = "ledger"
         out.append({**origin, **entry})
-    san = read_json(run_dir / Layout.SANITIZER_DIR / "sanitizer.json", default=None)
-    san_run = run_dir / Layout.SANITIZER_DIR / "run"
-    san_ledger = _safe_load(san_run / Layout.LEDGER_DIR)
-    spans = test_spans(san_run / "events")
-    for f in (san or {}).get("findings", []) if isinstance(san, dict) else []:
-        rng = f.get("address_range")
-        if not (isinstance(rng, list) and rng and isinstance(rng[0], int)):
-            continue
-        origin = {"origin": "sanitizer", "kind": f.get("kind"), "kernel": f.get("kernel"),
-                  "file": f.get("file"), "line": f.get("line"), "access": f.get("access"),
-                  "size": f.get("size"), "address_range": rng, "attributed_nodeid": f.get("nodeid")}
-        nearest = f.get("nearest_allocation")
-        if not isinstance(nearest, dict):
-            ex = f.get("example")
-            nearest = ex.get("nearest_allocation") if isinstance(ex, dict) else None
+    san = run.sanitizer()
+    san_run = run.sanitizer_run()
+    san_ledger = _safe_load(san_run.ledger_dir())
+    spans = san_run.spans()
+    for f in san.addressed() if san is not None else ():
+        rng = list(f.address_range)
+        origin = {"origin": "sanitizer", "kind": f.kind, "kernel": f.kernel,
+                  "file": f.file, "line": f.line, "access": f.access,
+                  "size": f.size, "address_range": rng, "attributed_nodeid": f.nodeid}
+        nearest = f.nearest()
         if san_ledger is None:
             entry = {"address": hex(rng[0]), "verdict": None,
                      "reason": "no ledger from the sanitizer rerun (sanitizer/run/ledger): "
                                "addresses under compute-sanitizer differ from the plain run's"}
         else:
-            pid, at = _fault_time_kernel(san_ledger, f.get("kernel"))
+            pid, at = _fault_time_kernel(san_ledger, f.kernel)
             basis_t = "the last recorded launch of the finding's kernel"
-            span = _span_of(spans, f.get("nodeid")) if at is None else None
+            span = _span_of(spans, f.nodeid, san_ledger) if at is None else None
             if span is not None:
-                pid, at = span[0], span[2]
+                pid, at = span.pid, span.t1
                 basis_t = "the end of the finding's test span (no launch of its kernel recorded)"
             elif at is None:
                 basis_t = "the end of the ledger (the kernel's launch was not recorded)"
@@ -541,38 +536,23 @@ def map_run(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def test_spans(events_dir: Path) -> dict[str, tuple[int | None, float, float]]:
-    """nodeid -> (pid, start t, end t) of its last span in ``events_dir/*.jsonl`` (tolerant)."""
-    from faulthunt.rundir import read_jsonl
+def _span_of(spans: Sequence[TestSpan], nodeid: str | None, ledger: Ledger) -> TestSpan | None:
+    """The ended run of ``nodeid``: exact, else one whose node id is a path suffix of it (the
+    sanitizer stage names tests by absolute path, the plugin relative to its rootdir).
 
-    spans: dict[str, tuple[int | None, float, float]] = {}
-    starts: dict[tuple[Any, str], float] = {}
-    if not events_dir.is_dir():
-        return spans
-    for path in sorted(events_dir.glob("*.jsonl")):
-        for rec in read_jsonl(path).records:
-            node, t, ev = rec.get("nodeid"), rec.get("t"), rec.get("event")
-            if not isinstance(node, str) or not isinstance(t, (int, float)):
-                continue
-            pid = rec.get("pid") if isinstance(rec.get("pid"), int) else None
-            if ev == "start":
-                starts[(pid, node)] = float(t)
-            elif ev == "end":
-                spans[node] = (pid, starts.pop((pid, node), float(t)), float(t))
-    return spans
-
-
-def _span_of(spans: dict[str, tuple[int | None, float, float]], nodeid: Any) -> tuple[int | None, float, float] | None:
-    """The span of ``nodeid``: exact, else the one whose nodeid is a path suffix of it (the
-    sanitizer stage names tests by absolute path, the plugin relative to its rootdir)."""
-    if not isinstance(nodeid, str) or not spans:
+    A test rerun under several tools ran in several processes: each run stays distinct, and the
+    one whose process left a ledger is taken (the latest such; else the latest run).
+    """
+    if not nodeid:
         return None
-    if nodeid in spans:
-        return spans[nodeid]
-    for node, span in spans.items():
-        if nodeid.endswith("/" + node) or node.endswith("/" + nodeid):
-            return span
-    return None
+    runs = [s for s in spans if s.t1 is not None and s.nodeid == nodeid]
+    if not runs:
+        runs = [s for s in spans if s.t1 is not None and
+                (nodeid.endswith("/" + s.nodeid) or s.nodeid.endswith("/" + nodeid))]
+    if not runs:
+        return None
+    with_ledger = [s for s in runs if s.pid is not None and ledger.pid(s.pid) is not None]
+    return (with_ledger or runs)[-1]
 
 
 def sanitizer_verdict(address: int, nearest: Any) -> dict[str, Any] | None:

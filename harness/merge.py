@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from faulthunt.errors import RunDirError, UsageError
-from faulthunt.rundir import (Layout, append_jsonl, read_json, read_jsonl, write_json_atomic,
-                              write_text_atomic)
+from faulthunt.records.documents import Identity, RunInfo
+from faulthunt.rundir import (Layout, RunDir, append_jsonl, read_jsonl, write_json_atomic,
+                              write_run_info, write_text_atomic)
 
 PID_STRIDE = 10**7
 
 
-def runner_label(run_dir: Path, identity: dict[str, Any], taken: set[str]) -> str:
+def runner_label(run_dir: Path, identity: Identity | None, taken: set[str]) -> str:
     """A short unique runner name: the host, else the run id; ``-2``, ``-3`` on repeats."""
-    raw = str(identity.get("host") or run_dir.name)
+    raw = str((identity.host if identity is not None else None) or run_dir.name)
     label = re.sub(r"[^A-Za-z0-9_.-]+", "_", raw).strip("_") or "runner"
     name, n = label, 1
     while name in taken:
@@ -52,6 +54,10 @@ def rewrite_record(rec: dict[str, Any], label: str, index: int) -> dict[str, Any
 
 
 def _merge_jsonl(src: Path, dest: Path, label: str, index: int) -> tuple[int, int]:
+    # Records are copied as they are (any kind, including ledger lines): only the keys every
+    # record shares (worker, pid) are rewritten, so no reader's schema is needed here.
+    if not src.is_file():
+        return 0, 0
     got = read_jsonl(src)
     for rec in got.records:
         append_jsonl(dest, rewrite_record(rec, label, index) if isinstance(rec, dict) else rec)
@@ -78,59 +84,58 @@ def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[
     started: list[float] = []
     ended: list[float] = []
     for index, run in enumerate(run_dirs, start=1):
-        identity = read_json(run / Layout.IDENTITY, default={}) or {}
-        run_info = read_json(run / Layout.RUN, default={}) or {}
+        reader = RunDir(run)
+        identity = reader.identity()
+        run_info = reader.run_info() or RunInfo()
         label = runner_label(run, identity, taken)
         counts: dict[str, Any] = {"events": 0, "controller": 0, "xid": 0, "ledger": 0, "skipped": 0}
-        for f in sorted((run / Layout.EVENTS_DIR).glob("*.jsonl")):
+        for f in reader.worker_files():
             n, s = _merge_jsonl(f, out / Layout.EVENTS_DIR / f"{label}-{f.name}", label, index)
             counts["events"] += n
             counts["skipped"] += s
         for name, key in ((Layout.CONTROLLER, "controller"), (Layout.XID, "xid")):
-            if (run / name).exists():
-                n, s = _merge_jsonl(run / name, out / name, label, index)
-                counts[key] += n
-                counts["skipped"] += s
-        for f in sorted((run / Layout.LEDGER_DIR).glob("*.jsonl")):
+            n, s = _merge_jsonl(run / name, out / name, label, index)
+            counts[key] += n
+            counts["skipped"] += s
+        for f in sorted(reader.ledger_dir().glob("*.jsonl")) if reader.ledger_dir().is_dir() else ():
             n, s = _merge_jsonl(f, out / Layout.LEDGER_DIR / f"{label}-{f.name}", label, index)
             counts["ledger"] += n
             counts["skipped"] += s
-        try:
-            added = (run / Layout.KMSG_ADDED).read_text(errors="replace")
+        added = reader.text(Layout.KMSG_ADDED)
+        if added is not None:
             kmsg_added += [f"[{label}] {line}" for line in added.splitlines()]
-        except OSError:
-            pass
         shutil.copytree(run, out / "runners" / label, symlinks=True, dirs_exist_ok=True)
         identities[label] = identity
-        for key, bucket in (("started", started), ("ended", ended)):
-            if isinstance(run_info.get(key), (int, float)):
-                bucket.append(float(run_info[key]))
+        if run_info.started is not None:
+            started.append(run_info.started)
+        if run_info.ended is not None:
+            ended.append(run_info.ended)
         sources.append({"runner": label, "index": index, "path": str(run.resolve()),
-                        "id": run_info.get("id") or run.name, "host": identity.get("host"),
-                        "gpus": identity.get("gpus"), "argv": run_info.get("argv"),
-                        "exit_status": run_info.get("exit_status"), "records": counts,
-                        "pid_offset": index * PID_STRIDE})
+                        "id": run_info.id or run.name,
+                        "host": identity.host if identity is not None else None,
+                        "gpus": [g.to_json() for g in identity.gpus] if identity is not None else None,
+                        "argv": run_info.argv, "exit_status": run_info.exit_status,
+                        "records": counts, "pid_offset": index * PID_STRIDE})
     if kmsg_added:
         write_text_atomic(out / Layout.KMSG_ADDED, "\n".join(kmsg_added) + "\n")
     # GPUs of all runners, so summary's PCI -> device map sees every runner's devices
-    all_gpus = [dict(g, runner=label) for label, ident in identities.items()
-                for g in (ident.get("gpus") or []) if isinstance(g, dict)]
-    write_json_atomic(out / Layout.IDENTITY, {"merged": True, "runners": identities, "gpus": all_gpus})
-    write_json_atomic(out / Layout.RUN, {
-        "id": out.name, "argv": list(sys.argv), "cwd": str(Path.cwd()), "merged_from": sources,
-        "started": min(started) if started else None, "ended": max(ended) if ended else None,
-        "faulthunt_version": __import__("faulthunt").__version__, "exit_status": None})
+    all_gpus = [dict(g.to_json(), runner=label) for label, ident in identities.items()
+                if ident is not None for g in ident.gpus]
+    write_json_atomic(out / Layout.IDENTITY, {
+        "merged": True, "gpus": all_gpus,
+        "runners": {label: ident.to_json() if ident is not None else {}
+                    for label, ident in identities.items()}})
+    info = RunInfo.begin(out.name, kind="merged", cwd=str(Path.cwd()), merged_from=sources,
+                         started=min(started) if started else None)
+    info = msgspec.structs.replace(info, started=min(started) if started else None,
+                                   ended=max(ended) if ended else None)
+    write_run_info(out, info)
     merge_info = {"merged": time.time(), "runners": sources}
-    try:
-        from faulthunt.summary import summarize_run
-    except ImportError:  # engineer S's module absent in this build: say so, keep the records
-        merge_info["summary"] = "faulthunt.summary is not available: summary.json not written"
-    else:
-        summary = summarize_run(out)
-        write_json_atomic(out / Layout.SUMMARY, summary)
-        run_info = read_json(out / Layout.RUN)
-        run_info["exit_status"] = summary.get("exit_status")
-        write_json_atomic(out / Layout.RUN, run_info)
-        merge_info["summary"] = Layout.SUMMARY
+    from faulthunt.summary import summarize_run
+
+    summary = summarize_run(out)
+    write_json_atomic(out / Layout.SUMMARY, summary)
+    write_run_info(out, info.finished(exit_status=summary.get("exit_status"), ended=info.ended))
+    merge_info["summary"] = Layout.SUMMARY
     write_json_atomic(out / "merge.json", merge_info)
     return merge_info

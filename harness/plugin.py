@@ -26,6 +26,7 @@ the same gateway spec (and so the same ``CUDA_VISIBLE_DEVICES``).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -33,9 +34,14 @@ from typing import Any
 
 import pytest
 
+import msgspec
+
 from faulthunt import context
 from faulthunt.cudaerrors import find_sticky
-from faulthunt.rundir import RUN_DIR_ENV, JsonlWriter, Layout, read_jsonl
+from faulthunt.records.events import (Crash, Hang, ProcessInfo, Recycle, Recycled, RecycleLost,
+                                      RestartLimit, SessionFinish, SessionStart, StickyError, TestEnd,
+                                      TestStart, WorkerDown, WorkerHello)
+from faulthunt.rundir import RUN_DIR_ENV, JsonlWriter, Layout, RunDir
 
 #: env: "0" turns worker recycling after sticky CUDA errors off
 RECYCLE_ENV = "FAULTHUNT_RECYCLE"
@@ -47,40 +53,69 @@ EXIT_RECYCLE = 75
 EXIT_HUNG = 124
 #: pytest-repeat's parametrization argument
 REPEAT_PARAM = "__pytest_repeat_step_number"
-HANGS_DIR = "hangs"
-FAULTHANDLER_DIR = "faulthandler"
+HANGS_DIR = Layout.HANGS_DIR
+FAULTHANDLER_DIR = Layout.FAULTHANDLER_DIR
 _LONGREPR_LIMIT = 8000
 
 
 def base_nodeid(item: pytest.Item) -> str:
     """The node id of ``item`` without pytest-repeat's step, from the item's parametrization.
 
-    pytest-repeat parametrizes ``__pytest_repeat_step_number`` with ids ``"<i+1>-<n>"``; the
-    callspec keeps one id per parametrize call in ``_idlist``. We drop exactly that id and
-    rebuild the name, so ``test_a[float32-3-50]`` -> ``test_a[float32]`` and ``test_a[2-5]`` ->
-    ``test_a``, while a user parameter that merely looks like ``3-50`` stays.
+    pytest-repeat parametrizes ``__pytest_repeat_step_number`` with the id ``"<i+1>-<n>"``; the
+    callspec's public ``id`` joins every parametrization's id with ``-``. We drop exactly that
+    step's id (searching from the end: pytest-repeat's generate_tests hook runs after pytest's own
+    parametrize markers) and rebuild the name, so ``test_a[float32-3-50]`` -> ``test_a[float32]``
+    and ``test_a[2-5]`` -> ``test_a``, while a user parameter that merely looks like ``3-50``
+    stays.
     """
     callspec = getattr(item, "callspec", None)
     if callspec is None or REPEAT_PARAM not in callspec.params:
         return item.nodeid
-    step = callspec.params[REPEAT_PARAM]
-    ids = list(getattr(callspec, "_idlist", ()))
-    prefix = f"{int(step) + 1}-"  # type: ignore[call-overload]
-    # pytest-repeat's generate_tests hook runs after pytest's own parametrize markers are
-    # applied, so its id is the last one that has its shape; search from the end.
-    for i in range(len(ids) - 1, -1, -1):
-        tail = ids[i][len(prefix):]
-        if ids[i].startswith(prefix) and tail.isdigit():
-            del ids[i]
-            break
+    ids = _without_step(str(callspec.id), int(callspec.params[REPEAT_PARAM]), _repeat_count(item))
     name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
     parent = item.parent.nodeid if item.parent is not None else ""
     base = f"{parent}::{name}" if parent else name
-    return f"{base}[{'-'.join(ids)}]" if ids else base
+    return f"{base}[{ids}]" if ids else base
 
 
-def _now() -> dict[str, float]:
+def _repeat_count(item: pytest.Item) -> int | None:
+    """The repeat count pytest-repeat used for ``item``: its ``repeat`` marker, else ``--count``."""
+    marker = item.get_closest_marker("repeat")
+    if marker is not None and marker.args:
+        try:
+            return int(marker.args[0])
+        except (TypeError, ValueError):
+            return None
+    count = item.config.getoption("count", None)
+    return count if isinstance(count, int) else None
+
+
+def _without_step(ids: str, step: int, count: int | None) -> str:
+    """``ids`` (``-``-joined) without pytest-repeat's ``<step+1>-<count>`` (the last one)."""
+    n = str(count) if count is not None else r"\d+"
+    found = list(re.finditer(rf"(?<![^-]){step + 1}-{n}(?![^-])", ids))
+    if not found:
+        return ids
+    left, right = ids[:found[-1].start()], ids[found[-1].end():]
+    if left and right:
+        return left[:-1] + right
+    return left[:-1] if left else right[1:]
+
+
+def _now() -> dict[str, Any]:
+    """``t`` and ``t_mono`` of a record: now, on the wall and the monotonic clock."""
     return {"t": time.time(), "t_mono": time.monotonic()}
+
+
+def _processes(tree: list[dict[str, object]]) -> list[ProcessInfo]:
+    """psutil's view of a hung worker's processes as records (an odd entry is left out)."""
+    out = []
+    for proc in tree:
+        try:
+            out.append(msgspec.convert(proc, ProcessInfo))
+        except msgspec.ValidationError:
+            continue
+    return out
 
 
 def _warn(msg: str) -> None:
@@ -142,22 +177,22 @@ class WorkerRecorder:
         self.recycle = recycle and self.in_xdist
         self.device = os.environ.get("CUDA_VISIBLE_DEVICES")
         self.events = JsonlWriter(run_dir / Layout.EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl")
-        self.poisoned: dict[str, Any] | None = None
+        self.poisoned: StickyError | None = None
         self.poisoned_by: str | None = None
         self._reports: list[pytest.TestReport] = []
         self._base: dict[str, str] = {}
         self._hangs = 0
         context.worker_id = self.worker
-        self.events.write({"event": "worker", "worker": self.worker, "pid": self.pid,
-                           "ppid": os.getppid(), "cuda_visible_devices": self.device,
-                           "recycle": self.recycle, **_now()})
+        self.events.write(WorkerHello(worker=self.worker, pid=self.pid, ppid=os.getppid(),
+                                      cuda_visible_devices=self.device, recycle=self.recycle,
+                                      **_now()))
         self._fh_file = self._enable_faulthandler()
         self._install_ledger()
 
-    def _record(self, event: str, nodeid: str, **fields: Any) -> None:
-        self.events.write({"event": event, "nodeid": nodeid,
-                           "base_nodeid": self._base.get(nodeid, nodeid), "worker": self.worker,
-                           "pid": self.pid, **_now(), **fields})
+    def _test(self, nodeid: str) -> dict[str, Any]:
+        """The fields every test record of this process carries."""
+        return {"nodeid": nodeid, "base_nodeid": self._base.get(nodeid, nodeid),
+                "worker": self.worker, "pid": self.pid, **_now()}
 
     def _enable_faulthandler(self) -> Any:
         import faulthandler
@@ -179,14 +214,9 @@ class WorkerRecorder:
         if not mode or mode == "off":
             return
         try:
-            from faulthunt import ledger  # engineer L's area; optional
-            install = ledger.install
-        except (ImportError, AttributeError):
-            _warn("the allocation ledger (faulthunt.ledger.install) is not available in this "
-                  "build; no ledger/ records will be written")
-            return
-        try:
-            install(self.run_dir / Layout.LEDGER_DIR, mode)
+            from faulthunt import ledger
+
+            ledger.install(self.run_dir / Layout.LEDGER_DIR, mode)
         except Exception as exc:  # a broken ledger must not take the test run down
             _warn(f"ledger install failed ({type(exc).__name__}: {exc}); continuing without it")
 
@@ -202,7 +232,7 @@ class WorkerRecorder:
             self._recycle_before(item)
         self._base.setdefault(item.nodeid, base_nodeid(item))
         self._reports = []
-        self._record("start", item.nodeid, device=self.device)
+        self.events.write(TestStart(**self._test(item.nodeid), device=self.device))
         context.set_current(item.nodeid, self._base[item.nodeid])
         t0 = time.monotonic()
         try:
@@ -217,22 +247,21 @@ class WorkerRecorder:
         if outcome in ("failed", "error") and longrepr:
             match = find_sticky(longrepr)
             if match is not None:
-                sticky = match.to_json()
+                sticky = msgspec.convert(match.to_json(), StickyError)
         if outcome in ("failed", "error") and self.poisoned is not None:
             # The context was already poisoned by an earlier test in this process.
             outcome = "collateral"
-        self._record("end", item.nodeid, outcome=outcome, duration=round(duration, 6),
-                     longrepr=longrepr[:_LONGREPR_LIMIT] if longrepr else None,
-                     sticky_cuda_error=sticky,
-                     collateral_of=self.poisoned_by if outcome == "collateral" else None)
+        self.events.write(TestEnd(
+            **self._test(item.nodeid), outcome=outcome, duration=round(duration, 6),
+            longrepr=longrepr[:_LONGREPR_LIMIT] if longrepr else None, sticky_cuda_error=sticky,
+            collateral_of=self.poisoned_by if outcome == "collateral" else None))
         if sticky is not None and self.poisoned is None:
             self.poisoned, self.poisoned_by = sticky, item.nodeid
 
     def _recycle_before(self, item: pytest.Item) -> None:
         """End this worker before ``item`` runs; xdist restarts it and reschedules ``item``."""
-        self.events.write({"event": "recycle", "before": item.nodeid, "worker": self.worker,
-                           "pid": self.pid, "poisoned_by": self.poisoned_by,
-                           "error": self.poisoned, **_now()})
+        self.events.write(Recycle(before=item.nodeid, worker=self.worker, pid=self.pid,
+                                  poisoned_by=self.poisoned_by, error=self.poisoned, **_now()))
         self.events.close()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -260,21 +289,35 @@ class WorkerRecorder:
         stem = f"{self.worker}-{self.pid}-{self._hangs}"
         hang_dir = self.run_dir / HANGS_DIR
         # The outcome first: if a dump below wedges, the record already says hung.
-        self._record("end", item.nodeid, outcome="hung", duration=float(settings.timeout),
-                     longrepr=f"hung: exceeded the {settings.timeout:g}s per-test timeout",
-                     sticky_cuda_error=None, collateral_of=None)
+        self.events.write(TestEnd(
+            **self._test(item.nodeid), outcome="hung", duration=float(settings.timeout),
+            longrepr=f"hung: exceeded the {settings.timeout:g}s per-test timeout"))
         py = supervise.dump_python_stacks(hang_dir / f"{stem}.faulthandler.txt")
         spy = supervise.pyspy_dump(self.pid, hang_dir / f"{stem}.py-spy.txt")
-        self._record("hang", item.nodeid, timeout=float(settings.timeout),
-                     faulthandler=_rel(py.path, self.run_dir), faulthandler_error=py.error,
-                     pyspy=_rel(spy.path, self.run_dir), pyspy_error=spy.error,
-                     process_tree=supervise.process_tree(self.pid))
+        self.events.write(Hang(
+            **self._test(item.nodeid), timeout=float(settings.timeout),
+            faulthandler=_rel(py.path, self.run_dir), faulthandler_error=py.error,
+            pyspy=_rel(spy.path, self.run_dir), pyspy_error=spy.error,
+            process_tree=_processes(supervise.process_tree(self.pid))))
         msg = (f"+++ faulthunt: {item.nodeid} hung (> {settings.timeout:g}s); "
                f"python stacks: {py.path or py.error}; native stacks: {spy.path or spy.error}; "
                "ending the worker +++")
         print(msg, file=sys.__stderr__, flush=True)
         self.events.close()
         os._exit(EXIT_HUNG)
+
+
+def _max_worker_restart(config: pytest.Config) -> int | None:
+    """xdist's restart budget, by its own rule (xdist.dsession.get_default_max_worker_restart):
+    ``--max-worker-restart``, else 4 per worker of ``-n``, else none."""
+    value = config.getoption("maxworkerrestart", None)
+    if value is not None:
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return None
+    workers = config.getoption("numprocesses", None)
+    return workers * 4 if isinstance(workers, int) and workers > 0 else None
 
 
 def _rel(path: Path | None, root: Path) -> str | None:
@@ -313,16 +356,15 @@ class ControllerRecorder:
         self.config = config
         self.run_dir = run_dir
         self.log = JsonlWriter(run_dir / Layout.CONTROLLER)
-        self._down: dict[str, dict[str, Any]] = {}
-        self.log.write({"event": "session_start", "pid": os.getpid(),
-                        "argv": list(config.invocation_params.args),
-                        "xdist": config.getoption("dist", "no") != "no", **_now()})
+        self._down: dict[str, WorkerDown] = {}
+        self._errordowns = 0
+        self._restart_limit = _max_worker_restart(config)
+        self.log.write(SessionStart(pid=os.getpid(), argv=[str(a) for a in config.invocation_params.args],
+                                    xdist=config.getoption("dist", "no") != "no", **_now()))
 
-    def _worker_records(self, worker: str) -> list[dict[str, Any]]:
-        records: list[dict[str, Any]] = []
-        for path in sorted((self.run_dir / Layout.EVENTS_DIR).glob(f"{worker}-*.jsonl")):
-            records.extend(read_jsonl(path).records)
-        return records
+    def _worker_records(self, worker: str) -> tuple[Any, ...]:
+        """What the worker's processes wrote so far (read afresh: they may have just died)."""
+        return RunDir(self.run_dir).worker_events(worker)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
@@ -332,75 +374,81 @@ class ControllerRecorder:
 
         worker = str(node.gateway.id)
         records = self._worker_records(worker)
-        pid = next((r.get("pid") for r in records if r.get("event") == "worker"), None)
-        info = peek_exit(int(pid)) if isinstance(pid, int) else None
-        down = {"worker": worker, "pid": pid, "error": str(error)[:500],
-                "exit_status": info.exit_status if info else None,
-                "signal": info.signal if info else None,
-                "signal_name": info.signal_name if info else None,
-                "device": node.gateway.spec.env.get("CUDA_VISIBLE_DEVICES")}
+        pid = next((r.pid for r in records if isinstance(r, WorkerHello)), None)
+        info = peek_exit(pid) if pid is not None else None
+        down = WorkerDown(worker=worker, pid=pid, error=str(error)[:500],
+                          exit_status=info.exit_status if info else None,
+                          signal=info.signal if info else None,
+                          signal_name=info.signal_name if info else None,
+                          device=node.gateway.spec.env.get("CUDA_VISIBLE_DEVICES"), **_now())
         self._down[worker] = down
-        self.log.write({"event": "worker_down", **down, **_now()})
+        self.log.write(down)
+        # xdist has no hook or public state for "restart budget exhausted"; it counts the nodes
+        # that went down with an error against --max-worker-restart (dsession.worker_errordown),
+        # and so do we, from its public option and this public hook, instead of its wording.
+        self._errordowns += 1
+        if self._restart_limit is not None and self._errordowns == self._restart_limit + 1:
+            self.log.write(RestartLimit(limit=self._restart_limit, down=self._errordowns, **_now()))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         node = getattr(report, "node", None)
         worker = str(node.gateway.id) if node is not None else "?"
         records = self._worker_records(worker)
-        down = self._down.get(worker, {})
-        pid = down.get("pid")
+        down = self._down.get(worker) or WorkerDown(worker=worker)
+        pid = down.pid
         start = next((r for r in reversed(records)
-                      if r.get("event") == "start" and r.get("nodeid") == crashitem), None)
-        base = start.get("base_nodeid", crashitem) if start else crashitem
-        last = records[-1] if records else {}
-        if last.get("event") == "recycle" and last.get("before") == crashitem:
+                      if isinstance(r, TestStart) and r.nodeid == crashitem), None)
+        base = (start.base_nodeid if start else None) or crashitem
+        last = records[-1] if records else None
+        if isinstance(last, Recycle) and last.before == crashitem:
             try:
                 sched.mark_test_pending(crashitem)
             except (NotImplementedError, AttributeError, ValueError) as exc:
-                self.log.write({"event": "recycle_lost", "nodeid": crashitem, "worker": worker,
-                                "pid": pid, "reason": f"{type(exc).__name__}: {exc}", **_now()})
+                self.log.write(RecycleLost(nodeid=crashitem, worker=worker, pid=pid,
+                                           reason=f"{type(exc).__name__}: {exc}", **_now()))
                 report.longrepr = (f"faulthunt: worker {worker} was recycled after a sticky CUDA "
-                                   f"error in {last.get('poisoned_by')} and this scheduler "
+                                   f"error in {last.poisoned_by} and this scheduler "
                                    "cannot reschedule the test it had queued")
                 return None
             report.outcome = "rerun"  # type: ignore[assignment]
             report.longrepr = (f"faulthunt: worker {worker} recycled after a sticky CUDA error in "
-                               f"{last.get('poisoned_by')}; {crashitem} rescheduled")
-            self.log.write({"event": "recycled", "worker": worker, "pid": pid,
-                            "nodeid": crashitem, "poisoned_by": last.get("poisoned_by"),
-                            "exit_status": down.get("exit_status"), **_now()})
+                               f"{last.poisoned_by}; {crashitem} rescheduled")
+            self.log.write(Recycled(worker=worker, pid=pid, nodeid=crashitem,
+                                    poisoned_by=last.poisoned_by,
+                                    exit_status=down.exit_status, **_now()))
             return None
-        hung = next((r for r in reversed(records) if r.get("event") == "hang"
-                     and r.get("nodeid") == crashitem), None)
+        hung = next((r for r in reversed(records) if isinstance(r, Hang)
+                     and r.nodeid == crashitem), None)
         fh_tail = None
         if pid is not None:
             from faulthunt.supervise import head_text
 
             fh_tail = head_text(self.run_dir / FAULTHANDLER_DIR / f"{worker}-{pid}.txt", 3000)
-        kind = "hung" if hung is not None else "crashed"
-        if kind == "hung":
+        if hung is not None:
             report.longrepr = (f"faulthunt: {crashitem} hung in worker {worker} (pid {pid}): "
-                               f"exceeded {hung.get('timeout')}s; python stacks "
-                               f"{hung.get('faulthandler') or hung.get('faulthandler_error')}, "
-                               f"native stacks {hung.get('pyspy') or hung.get('pyspy_error')} "
+                               f"exceeded {hung.timeout}s; python stacks "
+                               f"{hung.faulthandler or hung.faulthandler_error}, "
+                               f"native stacks {hung.pyspy or hung.pyspy_error} "
                                f"(in {self.run_dir})")
         else:
-            how = (down.get("signal_name") and f"killed by {down['signal_name']}") or (
-                down.get("exit_status") is not None and f"exit status {down['exit_status']}") or (
+            how = (down.signal_name and f"killed by {down.signal_name}") or (
+                down.exit_status is not None and f"exit status {down.exit_status}") or (
                 "exit status unknown")
             report.longrepr = (f"faulthunt: worker {worker} (pid {pid}) crashed while running "
                                f"{crashitem}: {how}"
                                + (f"\n{fh_tail}" if fh_tail else ""))
-        self.log.write({"event": "crash", "kind": kind, "nodeid": crashitem, "base_nodeid": base,
-                        "worker": worker, "pid": pid, "signal": down.get("signal"),
-                        "signal_name": down.get("signal_name"),
-                        "exit_status": down.get("exit_status"), "device": down.get("device"),
-                        "faulthandler": fh_tail, "started": start is not None, **_now()})
+        self.log.write(Crash(kind="hung" if hung is not None else "crashed", nodeid=crashitem,
+                             base_nodeid=base, worker=worker, pid=pid, signal=down.signal,
+                             signal_name=down.signal_name, exit_status=down.exit_status,
+                             device=down.device, faulthandler=fh_tail, started=start is not None,
+                             **_now()))
         return None
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.log.write({"event": "session_finish", "exitstatus": int(exitstatus),
-                        "shouldstop": str(session.shouldstop) if session.shouldstop else None,
-                        "shouldfail": str(session.shouldfail) if session.shouldfail else None,
-                        "testsfailed": session.testsfailed, **_now()})
+        self.log.write(SessionFinish(
+            exitstatus=int(exitstatus),
+            shouldstop=str(session.shouldstop) if session.shouldstop else None,
+            shouldfail=str(session.shouldfail) if session.shouldfail else None,
+            testsfailed=session.testsfailed, **_now()))

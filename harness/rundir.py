@@ -21,21 +21,38 @@ Layout (documented in ``docs/rundir.md``)::
 Everything here is written so that a process killed at any moment leaves what it had recorded
 readable: JSON documents are replaced atomically, JSONL is appended one flushed line at a time, and
 readers skip (and count) a torn last line instead of failing.
+
+:class:`RunDir` is the one reader of a run directory: every command reads the run through it and
+gets typed documents (:mod:`faulthunt.records.documents`, :mod:`faulthunt.records.events`). It
+never writes, and never raises on bad data: what it could not read is a
+:class:`~faulthunt.records.codec.Problem` (file, line, why) in :meth:`RunDir.problems`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import secrets
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar, cast
+
+import msgspec
 
 from faulthunt.errors import RunDirError
+from faulthunt.records import codec
+from faulthunt.records.codec import Doc, Problem
+from faulthunt.records.documents import (Identity, KmsgCursorDoc, MappingEntry, RunInfo,
+                                         SanitizerDoc, Summary, XidLine)
+from faulthunt.records.events import (ControllerEvent, OtherEvent, WorkerEvent,
+                                      decode_controller_event, decode_worker_event)
+from faulthunt.records.run import TestSpan, assemble_spans
+
+T = TypeVar("T")
 
 #: Environment variable through which the controller tells workers where the run directory is.
 RUN_DIR_ENV = "FAULTHUNT_RUN_DIR"
@@ -66,6 +83,11 @@ class Layout:
     REPORT_HTML = "report.html"
     REPORT_JSON = "report.json"
     STAGE_DIR = "stage"
+    HANGS_DIR = "hangs"
+    FAULTHANDLER_DIR = "faulthandler"
+    SANITIZER_JSON = "sanitizer/sanitizer.json"
+    #: the sanitize rerun's own run directory (its events and ledger)
+    SANITIZER_RUN = "sanitizer/run"
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -154,6 +176,8 @@ def resolve_run_dir(run: str | Path | None = None, base: Path | str | None = Non
 # --- writing -----------------------------------------------------------------------------------
 
 def _default(obj: Any) -> Any:
+    if isinstance(obj, msgspec.Struct):
+        return msgspec.to_builtins(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
     if isinstance(obj, Path):
@@ -171,27 +195,45 @@ def dumps(obj: Any, indent: int | None = None) -> str:
 
 
 def write_text_atomic(path: Path | str, text: str) -> None:
-    """Replace ``path`` with ``text`` so that a reader never sees half a file."""
+    """Replace ``path`` with ``text`` so that a reader never sees half a file.
+
+    A place that cannot be written (a directory in the way, no permission, a full disk) is a
+    :class:`RunDirError` naming the file.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise RunDirError(f"cannot write {path}: {exc.strerror or exc}",
+                          fix="make its directory writable (a file in the way of a directory?)"
+                          ) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):
+            raise RunDirError(f"cannot write {path}: {exc.strerror or exc}",
+                              fix="remove what is in its place (a directory?) or free the disk"
+                              ) from exc
         raise
 
 
 def write_json_atomic(path: Path | str, obj: Any) -> None:
     """Replace ``path`` with ``obj`` as indented JSON, atomically."""
     write_text_atomic(path, dumps(obj, indent=2) + "\n")
+
+
+def write_run_info(run_dir: Path | str, info: RunInfo) -> None:
+    """Replace the run's ``run.json`` (built by :meth:`RunInfo.begin`, ended by ``finished``)."""
+    write_json_atomic(Path(run_dir) / Layout.RUN, info)
 
 
 class JsonlWriter:
@@ -209,7 +251,13 @@ class JsonlWriter:
         self._fsync = fsync
 
     def write(self, record: Any) -> None:
-        data = (dumps(record) + "\n").encode("utf-8")
+        if isinstance(record, Doc):
+            try:
+                data = codec.encode_line(record)
+            except UnicodeEncodeError:  # a lone surrogate (an undecodable file name): escape it
+                data = (json.dumps(record.to_json()) + "\n").encode("utf-8")
+        else:
+            data = (dumps(record) + "\n").encode("utf-8")
         os.write(self._fd, data)
         if self._fsync:
             os.fsync(self._fd)
@@ -254,7 +302,7 @@ def parse_jsonl(text: str) -> JsonlRead:
             continue
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # junk, a torn line, nesting past the stack
             skipped += 1
             continue
         if isinstance(obj, dict):
@@ -294,22 +342,27 @@ def read_jsonl_dir(directory: Path | str, pattern: str = "*.jsonl") -> JsonlRead
 
 
 def read_json(path: Path | str, default: Any = ..., ) -> Any:
-    """Read a JSON document; ``default`` is returned for a missing file if given."""
+    """Read a JSON document; ``default`` is returned for a missing file if given.
+
+    Anything else that stops it being read (not UTF-8, not JSON, nested past the stack, a
+    directory in its place) is a :class:`RunDirError` that names the file. Run files are read
+    through :class:`RunDir`, which validates them; this is for other JSON files.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         if default is not ...:
             return default
         raise RunDirError(f"{path} does not exist",
                           fix="is this a faulthunt run directory? `faulthunt stress` makes one") from None
     except OSError as exc:
-        raise RunDirError(f"cannot read {path}: {exc.strerror}") from exc
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise RunDirError(f"{path} is not valid JSON ({exc})",
-                          fix="the file was damaged; rerun the command that writes it") from exc
+        raise RunDirError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    value, why = codec.decode_json(data)
+    if why is not None:
+        raise RunDirError(f"{path} is not valid JSON ({why})",
+                          fix="the file was damaged; rerun the command that writes it")
+    return value
 
 
 def iter_lines(fh: IO[str]) -> Iterator[str]:
@@ -333,3 +386,336 @@ def merge_jsonl(results: Iterable[JsonlRead]) -> JsonlRead:
         skipped += got.skipped
         torn = torn or got.torn_tail
     return JsonlRead(tuple(records), skipped, torn)
+
+
+# --- the reader ----------------------------------------------------------------------------------
+
+#: bad lines of one file named one by one in RunDir.problems(); the rest are counted in one line
+_NAMED_PER_FILE = 20
+
+
+class RunDir:
+    """A read-only view of one run directory: every run file, decoded and validated.
+
+    Every reader of a run goes through this class. Each method reads its file once (later calls
+    return the same objects), never writes, and never raises on damaged content: a missing file
+    reads as ``None`` (documents) or empty (event files); a damaged one as ``None`` or without
+    its bad lines, and what was wrong is in :meth:`problems` (file, line, why). A directory that
+    is not there at all is not an error here either (``exists()`` says so); commands that need one
+    resolve it with :func:`resolve_run_dir`, which raises with a fix.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._cache: dict[str, Any] = {}
+        self._problems: list[Problem] = []
+        self._skipped: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def exists(self) -> bool:
+        return self.path.is_dir()
+
+    # -- problems ---------------------------------------------------------------------------
+
+    def problems(self) -> tuple[Problem, ...]:
+        """What could not be read so far (each file is named once, bad lines up to a limit)."""
+        return tuple(self._problems)
+
+    def skipped_lines(self) -> dict[str, int]:
+        """Lines left out of ``events``, ``controller`` and ``xid`` (malformed or torn), read now."""
+        self.worker_events()
+        self.controller()
+        self.xids()
+        return {"events": self._skipped.get(Layout.EVENTS_DIR, 0),
+                "controller": self._skipped.get(Layout.CONTROLLER, 0),
+                "xid": self._skipped.get(Layout.XID, 0)}
+
+    def _problem(self, rel: str, why: str, line: int | None = None) -> None:
+        self._problems.append(Problem(rel, line, why))
+
+    # -- raw access -------------------------------------------------------------------------
+
+    def _rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.path))
+        except ValueError:
+            return str(path)
+
+    def _read_bytes(self, path: Path) -> bytes | None:
+        """A file's bytes; None when it does not exist or cannot be read (the latter named)."""
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            self._problem(self._rel(path), "a directory where a file should be")
+        except NotADirectoryError:
+            self._problem(self._rel(path), "a parent of it is a file, not a directory")
+        except OSError as exc:
+            self._problem(self._rel(path), f"cannot be read: {exc.strerror or exc}")
+        return None
+
+    def _cached(self, key: str, make: Callable[[], T]) -> T:
+        if key not in self._cache:
+            self._cache[key] = make()
+        return cast(T, self._cache[key])
+
+    def file(self, rel: str) -> Path:
+        """The path of ``rel`` inside the run (for commands that hand it on, e.g. to copy it)."""
+        return self.path / rel
+
+    def text(self, rel: str, limit: int | None = None) -> str | None:
+        """A text file of the run (a log, a stack dump), invalid UTF-8 replaced; None if absent.
+
+        ``rel`` may come from a record (a hang's dump path): it must name a file inside the run.
+        """
+        path = (self.path / rel)
+        try:
+            inside = path.resolve().is_relative_to(self.path.resolve())
+        except (OSError, RuntimeError, ValueError):
+            inside = False
+        if not inside:
+            self._problem(str(rel)[:200], "names a file outside the run directory; not read")
+            return None
+        data = self._read_bytes(path)
+        if data is None:
+            return None
+        text = data.decode("utf-8", "replace")
+        return text[:limit] if limit is not None else text
+
+    # -- JSON documents -------------------------------------------------------------------------
+
+    def _json(self, rel: str) -> tuple[Any, bool]:
+        """(parsed value, found): found is False for a missing file, value None for a bad one."""
+        data = self._read_bytes(self.path / rel)
+        if data is None:
+            return None, False
+        if not data.strip():
+            self._problem(rel, "empty file")
+            return None, True
+        value, why = codec.decode_json(data)
+        if why is not None:
+            self._problem(rel, f"not valid JSON: {why}")
+        return value, True
+
+    def _document(self, rel: str, type_: type[T], *, fieldwise: bool) -> T | None:
+        value, found = self._json(rel)
+        if value is None:
+            return None
+        if fieldwise:
+            doc, whys = codec.convert_fields(value, type_)
+            for field_why in whys:
+                self._problem(rel, field_why + ("" if doc is None else " (that field ignored)"))
+            return doc
+        whole, why = codec.convert(value, type_)
+        if why is not None:
+            self._problem(rel, f"not a valid {rel}: {why}")
+        return whole
+
+    def run_info(self) -> RunInfo | None:
+        """``run.json`` (a field of the wrong type is ignored and named); None when missing."""
+        return self._cached("run", lambda: self._document(Layout.RUN, RunInfo, fieldwise=True))
+
+    def identity(self) -> Identity | None:
+        """``identity.json`` (a field of the wrong type is ignored and named)."""
+        return self._cached("identity",
+                            lambda: self._document(Layout.IDENTITY, Identity, fieldwise=True))
+
+    def env(self) -> dict[str, str] | None:
+        """``env.json``: the run's environment (secrets already redacted); bad entries left out."""
+        def read() -> dict[str, str] | None:
+            value, _ = self._json(Layout.ENV)
+            if value is None:
+                return None
+            if not isinstance(value, dict):
+                self._problem(Layout.ENV, "not a JSON object")
+                return None
+            bad = [k for k, v in value.items() if not isinstance(v, str)]
+            if bad:
+                self._problem(Layout.ENV, f"{len(bad)} value(s) not text, left out: "
+                                          + ", ".join(repr(k)[:40] for k in bad[:5]))
+            return {k: v for k, v in value.items() if isinstance(v, str)}
+        return self._cached("env", read)
+
+    def summary(self) -> Summary | None:
+        """``summary.json``, whole or not at all: a damaged one reads as None (and is named), so
+        that a reader recomputes it (:func:`faulthunt.summary.summarize_run`) rather than trust
+        half of it."""
+        return self._cached("summary",
+                            lambda: self._document(Layout.SUMMARY, Summary, fieldwise=False))
+
+    def mapping(self) -> tuple[MappingEntry, ...] | None:
+        """``mapping.json`` entries (a bad entry is left out and named); None when missing."""
+        def read() -> tuple[MappingEntry, ...] | None:
+            value, _ = self._json(Layout.MAPPING)
+            if value is None:
+                return None
+            if isinstance(value, dict) and isinstance(value.get("verdicts"), list):
+                value = value["verdicts"]  # an early shape: {"verdicts": [...]}
+            if not isinstance(value, list):
+                self._problem(Layout.MAPPING, "not a JSON list of verdicts")
+                return None
+            return tuple(self._entries(Layout.MAPPING, value, MappingEntry))
+        return self._cached("mapping", read)
+
+    def _entries(self, rel: str, items: list[Any], type_: type[T]) -> list[T]:
+        out: list[T] = []
+        bad = 0
+        for i, item in enumerate(items):
+            got, why = codec.convert(item, type_)
+            if got is not None:
+                out.append(got)
+                continue
+            bad += 1
+            if bad <= _NAMED_PER_FILE:
+                self._problem(rel, f"entry {i} left out: {why}")
+        if bad > _NAMED_PER_FILE:
+            self._problem(rel, f"{bad - _NAMED_PER_FILE} more bad entries left out")
+        return out
+
+    def sanitizer(self) -> SanitizerDoc | None:
+        """``sanitizer/sanitizer.json`` (None when sanitize never ran here, or it is damaged)."""
+        return self._cached("sanitizer", lambda: self._document(
+            Layout.SANITIZER_JSON, SanitizerDoc, fieldwise=False))
+
+    def kmsg_cursor(self) -> KmsgCursorDoc | None:
+        """``kmsg_cursor.json``: the kernel-log cursor taken before the run."""
+        return self._cached("kmsg_cursor", lambda: self._document(
+            Layout.KMSG_CURSOR, KmsgCursorDoc, fieldwise=True))
+
+    def kmsg_text(self) -> str:
+        """The kernel-log snapshots and the lines added during the run, as one text."""
+        return "".join(self.text(name) or "" for name in
+                       (Layout.KMSG_BEFORE, Layout.KMSG_ADDED, Layout.KMSG_AFTER))
+
+    # -- JSONL ----------------------------------------------------------------------------------
+
+    def _jsonl(self, path: Path, decode: Any, counter: str) -> list[Any]:
+        data = self._read_bytes(path)
+        if not data:
+            return []
+        rel = self._rel(path)
+        if data.endswith(b"\0"):  # the unwritten reserve of a memory-mapped writer that died
+            data = data.rstrip(b"\0")
+        torn = not data.endswith(b"\n")
+        out: list[Any] = []
+        bad = 0
+        last = data.count(b"\n") + 1
+        for number, line in codec.split_lines(data):
+            record, why = decode(line)
+            if record is not None:
+                out.append(record)
+                continue
+            bad += 1
+            if torn and number == last:
+                why = f"torn last line (its writer was killed mid-write): {why}"
+            if bad <= _NAMED_PER_FILE:
+                self._problem(rel, str(why), number)
+        if bad > _NAMED_PER_FILE:
+            self._problem(rel, f"{bad - _NAMED_PER_FILE} more bad lines left out")
+        self._skipped[counter] = self._skipped.get(counter, 0) + bad
+        return out
+
+    def worker_files(self, worker: str | None = None) -> tuple[Path, ...]:
+        """``events/*.jsonl``, sorted by name (one per worker process); of one worker id
+        (``gw0``: each process that slot had) when ``worker`` is given."""
+        directory = self.path / Layout.EVENTS_DIR
+        pattern = f"{glob.escape(worker)}-*.jsonl" if worker else "*.jsonl"
+        if directory.exists() and not directory.is_dir():
+            self._cached("events-not-dir", lambda: self._problem(
+                Layout.EVENTS_DIR, "a file where the events directory should be"))
+            return ()
+        try:
+            return tuple(sorted(directory.glob(pattern)))
+        except OSError as exc:
+            self._problem(Layout.EVENTS_DIR, f"cannot be listed: {exc.strerror or exc}")
+            return ()
+
+    def worker_events(self, worker: str | None = None) -> tuple[WorkerEvent | OtherEvent, ...]:
+        """Every worker event of the run (of one worker id, when given), file by file (sorted by
+        name), each file in write order."""
+        def read() -> tuple[WorkerEvent | OtherEvent, ...]:
+            out: list[Any] = []
+            for path in self.worker_files(worker):
+                out.extend(self._jsonl(path, decode_worker_event,
+                                       Layout.EVENTS_DIR if worker is None else "events-of-worker"))
+            return tuple(out)
+        return self._cached("events" if worker is None else f"events:{worker}", read)
+
+    def controller(self) -> tuple[ControllerEvent | OtherEvent, ...]:
+        """``controller.jsonl``: session bounds, dead workers, crashes, recycles."""
+        return self._cached("controller", lambda: tuple(self._jsonl(
+            self.path / Layout.CONTROLLER, decode_controller_event, Layout.CONTROLLER)))
+
+    def xids(self) -> tuple[XidLine, ...]:
+        """``xid.jsonl``: the run's Xid lines with their attribution."""
+        return self._cached("xids", lambda: tuple(self._jsonl(
+            self.path / Layout.XID, lambda line: codec.decode_as(line, XidLine), Layout.XID)))
+
+    def spans(self) -> tuple[TestSpan, ...]:
+        """Every test run of the run, paired from the worker events (a repeated test's runs stay
+        distinct: :attr:`TestSpan.key`), collateral failures labelled."""
+        return self._cached("spans", lambda: tuple(assemble_spans(self.worker_events(),
+                                                                  self.controller())))
+
+    # -- directories ---------------------------------------------------------------------------
+
+    def ledger_dir(self) -> Path:
+        """``ledger/``: the allocation ledger (read by faulthunt.ledger.reader)."""
+        return self.path / Layout.LEDGER_DIR
+
+    def has_ledger(self) -> bool:
+        """Whether ``ledger/`` holds any ledger file."""
+        try:
+            return self.ledger_dir().is_dir() and any(self.ledger_dir().glob("*.jsonl"))
+        except OSError:
+            return False
+
+    def sanitizer_run(self) -> RunDir:
+        """The sanitize rerun's own run directory (``sanitizer/run``)."""
+        return RunDir(self.path / Layout.SANITIZER_RUN)
+
+
+class RunTail:
+    """The worker and controller events added to a live run since the last :meth:`poll`.
+
+    For progress while a run is going: each file is read from where the last poll stopped, and a
+    line still being written waits for the next poll.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._offsets: dict[Path, int] = {}
+
+    def _new_lines(self, path: Path) -> list[bytes]:
+        off = self._offsets.get(path, 0)
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(off)
+                data = fh.read()
+        except OSError:
+            return []
+        cut = data.rfind(b"\n") + 1
+        self._offsets[path] = off + cut
+        return [line for line in data[:cut].split(b"\n") if line.strip()]
+
+    def poll(self) -> tuple[list[WorkerEvent | OtherEvent], list[ControllerEvent | OtherEvent]]:
+        """(new worker events, new controller events); bad lines are passed over."""
+        workers: list[Any] = []
+        try:
+            files = sorted((self.path / Layout.EVENTS_DIR).glob("*.jsonl"))
+        except OSError:
+            files = []
+        for path in files:
+            for line in self._new_lines(path):
+                event, _ = decode_worker_event(line)
+                if event is not None:
+                    workers.append(event)
+        controller: list[Any] = []
+        for line in self._new_lines(self.path / Layout.CONTROLLER):
+            done, _ = decode_controller_event(line)
+            if done is not None:
+                controller.append(done)
+        return workers, controller

@@ -23,9 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from faulthunt.errors import RunDirError, UsageError
+from faulthunt.records.documents import Failure, RunInfo, Summary
 from faulthunt.redact import redact_env, redact_text
-from faulthunt.rundir import Layout, read_json, write_json_atomic, write_text_atomic
+from faulthunt.rundir import Layout, RunDir, write_json_atomic, write_text_atomic
 
 DEFAULT_KIT_DIR = Path("/tmp/repro")
 #: marks a directory as a faulthunt kit, so restaging may replace its files (and nothing else)
@@ -64,71 +67,71 @@ class KitPlan:
     identity_text: str
 
 
-def _base_of(failure: dict[str, Any]) -> str | None:
-    base = failure.get("base_nodeid") or failure.get("nodeid")
-    return str(base) if base else None
-
-
-def failing_tests(summary: dict[str, Any]) -> tuple[FailingTest, ...]:
-    """Failing base tests of a ``summary.json`` (docs/rundir.md), first failure first.
+def failing_tests(summary: Summary) -> tuple[FailingTest, ...]:
+    """Failing base tests of a run's summary (docs/rundir.md), first failure first.
 
     Collateral failures (tests that died because a neighbour broke the GPU context) are kept
     only when nothing else failed: a kit of the innocent bystanders is the wrong kit.
     """
-    failures = [f for f in summary.get("failures") or [] if isinstance(f, dict) and _base_of(f)]
-    primary = [f for f in failures if f.get("outcome") != "collateral"]
-    chosen = primary or failures
-    runs = {str(b.get("base_nodeid")): b.get("runs") for b in summary.get("by_test") or []
-            if isinstance(b, dict)}
-    order: dict[str, list[dict[str, Any]]] = {}
+    primary = [f for f in summary.failures if f.outcome != "collateral"]
+    chosen = primary or list(summary.failures)
+    runs = {b.base_nodeid: b.runs for b in summary.by_test}
+    order: dict[str, list[Failure]] = {}
     for f in chosen:
-        order.setdefault(_base_of(f) or "", []).append(f)
+        order.setdefault(f.base_nodeid or f.nodeid, []).append(f)
     return tuple(
-        FailingTest(base, tuple(dict.fromkeys(str(f.get("nodeid") or base) for f in fs)),
-                    tuple(dict.fromkeys(str(f.get("outcome") or "failed") for f in fs)),
+        FailingTest(base, tuple(dict.fromkeys(f.nodeid for f in fs)),
+                    tuple(dict.fromkeys(f.outcome or "failed" for f in fs)),
                     len(fs), runs.get(base))
         for base, fs in order.items())
 
 
+def _positive_int(value: Any) -> int | None:
+    """A count or worker number from run.json options (hand-edited: anything at all)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
 def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None = None,
              identity_text: str | None = None) -> KitPlan:
-    """Read a run directory (``summary.json``, ``run.json``) into a :class:`KitPlan`.
+    """Read a run directory (its summary and run.json, through RunDir) into a :class:`KitPlan`.
 
-    ``tests`` overrides the failing tests (ids taken as given). Raises RunDirError/UsageError with
-    a fix when the run has no failures to stage.
+    ``tests`` overrides the failing tests (ids taken as given). A missing or damaged summary.json
+    is recomputed from the run's events. Raises UsageError with a fix when the run has no
+    failures to stage.
     """
-    run_info = read_json(run_dir / Layout.RUN, default={}) or {}
-    summary = read_json(run_dir / Layout.SUMMARY, default=None)
-    if summary is None and not tests:
-        try:  # a run killed before it wrote summary.json: rebuild it from its records
-            from faulthunt.summary import summarize_run
-        except ImportError:
-            raise RunDirError(f"{run_dir} has no {Layout.SUMMARY}",
-                              fix="pass --test NODEID, or rerun the stress run to completion") from None
-        summary = summarize_run(run_dir)
+    run = RunDir(run_dir)
+    run_info = run.run_info() or RunInfo()
     if tests:
         failing = tuple(FailingTest(t, (t,), ("requested",), 0, None) for t in tests)
     else:
-        failing = failing_tests(summary or {})
+        summary = run.summary()
+        if summary is None:  # a run killed before it wrote summary.json, or a damaged one
+            from faulthunt.summary import summarize_run
+
+            summary = msgspec.convert(summarize_run(run), Summary)
+        failing = failing_tests(summary)
     if not failing:
         raise UsageError(f"run {run_dir.name} has no failing tests to stage",
                          fix="pass --test NODEID to stage a kit for a test anyway")
-    options = run_info.get("options") or {}
     by_test = {f.base_nodeid: f for f in failing}
-    default_count = count or max(1, int(options.get("count") or 1))
-    workers = options.get("workers")
-    python = (run_info.get("pytest_argv") or [sys.executable])[0]
+    default_count = count or _positive_int(run_info.option("count")) or 1
+    workers = run_info.option("workers")
+    if not isinstance(workers, (int, str)) or isinstance(workers, bool):
+        workers = 1
+    python = run_info.pytest_argv[0] if run_info.pytest_argv else sys.executable
     if identity_text is None:
         from faulthunt.identity import collect_basic, format_basic
 
         identity_text = format_basic(collect_basic())
     return KitPlan(
-        run_dir=run_dir, run_id=str(run_info.get("id") or run_dir.name),
-        cwd=str(run_info.get("cwd") or Path.cwd()), python=str(python),
-        pytest_args=tuple(str(a) for a in run_info.get("pytest_args") or ()),
+        run_dir=run_dir, run_id=run_info.id or run_dir.name,
+        cwd=run_info.cwd or str(Path.cwd()), python=python,
+        pytest_args=tuple(run_info.pytest_args),
         failing=tuple(by_test.values()), count=default_count,
-        workers=str(workers if workers is not None else 1),
-        staged_mono=time.monotonic(), staged_wall=time.time(), identity_text=identity_text)
+        workers=str(workers), staged_mono=time.monotonic(), staged_wall=time.time(),
+        identity_text=identity_text)
 
 
 def script_name(base_nodeid: str, taken: set[str]) -> str:
@@ -373,14 +376,15 @@ def render_kit(plan: KitPlan) -> dict[str, str]:
 
 def _identity_file(plan: KitPlan) -> str:
     text = plan.identity_text
-    run_identity = read_json(plan.run_dir / Layout.IDENTITY, default=None)
-    if run_identity:
-        text += "\n# identity.json of the run\n" + json.dumps(run_identity, indent=2, default=str) + "\n"
-    env = read_json(plan.run_dir / Layout.ENV, default=None)
-    if isinstance(env, dict):  # already redacted by stress; redact again, the kit gets shared
-        safe = redact_env({str(k): str(v) for k, v in env.items()})
+    run = RunDir(plan.run_dir)
+    run_identity = run.identity()
+    if run_identity is not None:
+        text += "\n# identity.json of the run\n" + json.dumps(run_identity.to_json(), indent=2,
+                                                             default=str) + "\n"
+    env = run.env()
+    if env is not None:  # already redacted by stress; redact again, the kit gets shared
         text += "\n# environment of the run (secrets redacted)\n" + "".join(
-            f"{k}={v}\n" for k, v in safe.items())
+            f"{k}={v}\n" for k, v in redact_env(env).items())
     return redact_text(text)
 
 
@@ -442,7 +446,7 @@ def write_kit(plan: KitPlan, kit_dir: Path, *, force: bool = False) -> dict[str,
     try:  # let the run know where its kit is (reports link it); the run may be read-only
         write_json_atomic(plan.run_dir / Layout.STAGE_DIR / "kit.json",
                           {"kit": str(kit_dir), "staged": plan.staged_wall})
-    except OSError:
+    except RunDirError:
         pass
     return {"kit": kit_dir, "files": sorted([*files, "system_identity.txt", "run/"]),
             "copy_problems": problems}

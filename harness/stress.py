@@ -24,10 +24,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from faulthunt import __version__
-from faulthunt.errors import FaulthuntError, UsageError
-from faulthunt.rundir import (RUN_DIR_ENV, DEFAULT_BASE, Layout, JsonlWriter, create_run_dir,
-                              dumps, read_json, write_json_atomic, write_text_atomic)
+from faulthunt.errors import ExitCode, FaulthuntError, UsageError
+from faulthunt.records.documents import RunInfo
+from faulthunt.records.events import Crash, Recycled, RestartLimit, TestEnd, TestStart
+from faulthunt.rundir import (RUN_DIR_ENV, DEFAULT_BASE, Layout, JsonlWriter, RunDir, RunTail,
+                              create_run_dir, dumps, write_json_atomic, write_run_info,
+                              write_text_atomic)
 
 #: restart budget handed to xdist: a stress run may crash many workers (xdist's default is 4*n)
 DEFAULT_MAX_WORKER_RESTART = 1000
@@ -155,8 +157,6 @@ def build_env(opts: StressOptions, run_dir: Path,
 
 def exit_status_for(pytest_status: int | None, found: bool) -> int:
     """faulthunt stress's exit status (docs/stress.md) from pytest's and what the run found."""
-    from faulthunt.cli import ExitCode
-
     if found:
         return ExitCode.FOUND
     if pytest_status in (0, None):
@@ -189,7 +189,7 @@ class Progress:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._offsets: dict[Path, int] = {}
+        self._tail = RunTail(run_dir)
         self.started = 0
         self.outcomes: Counter[str] = Counter()
         self.crashed = 0
@@ -199,41 +199,18 @@ class Progress:
         self.total: int | None = None
         self._lock = threading.Lock()
 
-    def _new_lines(self, path: Path) -> list[str]:
-        off = self._offsets.get(path, 0)
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(off)
-                data = fh.read()
-        except OSError:
-            return []
-        cut = data.rfind(b"\n") + 1  # a line still being written waits for the next poll
-        self._offsets[path] = off + cut
-        return data[:cut].decode("utf-8", "replace").splitlines()
-
     def poll(self) -> None:
-        import json
-
         with self._lock:
-            for path in sorted((self.run_dir / Layout.EVENTS_DIR).glob("*.jsonl")):
-                for line in self._new_lines(path):
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if rec.get("event") == "start":
-                        self.started += 1
-                    elif rec.get("event") == "end":
-                        self.outcomes[str(rec.get("outcome"))] += 1
-            for line in self._new_lines(self.run_dir / Layout.CONTROLLER):
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if rec.get("event") == "crash":
-                    if rec.get("kind") == "crashed":
-                        self.crashed += 1
-                elif rec.get("event") == "recycled":
+            workers, controller = self._tail.poll()
+            for ev in workers:
+                if isinstance(ev, TestStart):
+                    self.started += 1
+                elif isinstance(ev, TestEnd):
+                    self.outcomes[ev.outcome] += 1
+            for cev in controller:
+                if isinstance(cev, Crash) and cev.kind == "crashed":
+                    self.crashed += 1
+                elif isinstance(cev, Recycled):
                     self.recycled += 1
 
     @property
@@ -252,7 +229,7 @@ class Progress:
 # --- kernel log ----------------------------------------------------------------------------------
 
 class KernelLogWatch:
-    """Cursor before, Follower during, snapshots after (faulthunt.kernlog, engineer K's area)."""
+    """Cursor before, Follower during, snapshots after (faulthunt.kernlog)."""
 
     def __init__(self, run_dir: Path, spec: str, warn: Callable[[str], None],
                  on_xid: Callable[[dict[str, Any]], None]) -> None:
@@ -270,12 +247,8 @@ class KernelLogWatch:
         if self.spec == "none":
             self.status["error"] = "kernel log not followed (--xid-source none)"
             return
-        try:
-            from faulthunt.kernlog import sources
-        except ImportError as exc:
-            self.status["error"] = f"faulthunt.kernlog is not available in this build ({exc})"
-            self.warn(self.status["error"] + "; no Xid capture")
-            return
+        from faulthunt.kernlog import sources
+
         try:
             self.source = sources.open_source(self.spec, warn=self.warn)
             self.cursor = self.source.cursor()
@@ -314,7 +287,7 @@ class KernelLogWatch:
         write_text_atomic(self.run_dir / Layout.KMSG_ADDED,
                           "".join(line + "\n" for line in result.lines))
         self._snapshot(Layout.KMSG_AFTER)
-        # Engineer K's ReadResult says what could not be read: keep it in summary.json
+        # The follower's ReadResult says what could not be read: keep it in summary.json
         # (kernel_log) and say it on the terminal, so lost records are reported, not missing.
         self.status["lost"] = int(getattr(result, "lost", 0) or 0)
         self.status["lost_unknown"] = bool(getattr(result, "lost_unknown", False))
@@ -346,13 +319,11 @@ class KernelLogWatch:
 # --- the run -------------------------------------------------------------------------------------
 
 def _identity() -> dict[str, Any]:
-    try:
-        from faulthunt.identity import collect_basic
-    except ImportError as exc:
-        return {"error": f"faulthunt.identity not available ({exc})"}
+    from faulthunt.identity import collect_basic
+
     try:
         return collect_basic()
-    except Exception as exc:  # collect_basic promises not to raise; be safe anyway
+    except Exception as exc:  # noqa: BLE001 - collect_basic promises not to raise; a run must not fail on it
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
@@ -360,7 +331,7 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
                console: Any = None) -> StressResult:
     """Run one stress hunt; everything recorded lands in the run directory."""
     from faulthunt.redact import redact_env
-    from faulthunt.summary import assemble_spans, attribute_xids, read_run_records
+    from faulthunt.summary import attribute_xids
 
     cwd = (opts.cwd or Path.cwd()).resolve()
     base = opts.base if opts.base is not None else cwd / DEFAULT_BASE
@@ -368,16 +339,10 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
     (run_dir / "hangs").mkdir(exist_ok=True)
     argv = build_pytest_argv(opts)
     env = build_env(opts, run_dir)
-    started = time.time()
-    run_info: dict[str, Any] = {
-        # pytest_args: what to hand pytest to run these tests again (sanitize, stage);
-        # pytest_argv: the exact command this run executed.
-        "id": run_dir.name, "argv": list(sys.argv), "pytest_args": list(opts.pytest_args),
-        "pytest_argv": argv, "cwd": str(cwd),
-        "started": started, "ended": None, "faulthunt_version": __version__,
-        "exit_status": None, "options": dataclasses.asdict(opts),
-    }
-    write_json_atomic(run_dir / Layout.RUN, run_info)
+    run_info = RunInfo.begin(run_dir.name, kind="stress", cwd=str(cwd),
+                             pytest_args=opts.pytest_args, pytest_argv=argv,
+                             options=dataclasses.asdict(opts))
+    write_run_info(run_dir, run_info)
     write_json_atomic(run_dir / Layout.ENV, redact_env(env))
 
     warnings: list[str] = []
@@ -396,9 +361,8 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
         # mid-run keeps every Xid it saw. Rewritten with the final attribution at the end.
         with xid_lock:
             try:
-                records, controller, _, _ = read_run_records(run_dir)
-                rec = attribute_xids([rec], assemble_spans(records, controller))[0]
-            except Exception:  # attribution must never lose the event
+                rec = attribute_xids([rec], RunDir(run_dir).spans())[0]
+            except Exception:  # noqa: BLE001 - attribution must never lose the event
                 pass
             live_xids.write(rec)
             progress.xids += 1
@@ -407,7 +371,6 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
     kernlog.start()
 
     pytest_status: int | None = None
-    restart_budget_hit: list[str] = []
     log = open(run_dir / Layout.REPRODUCER_LOG, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -428,9 +391,6 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
             log.flush()
             if progress.total is None:
                 progress.total = parse_total(line)
-            if "maximum crashed workers reached" in line:
-                # xdist's restart budget ran out: the rest of the suite did not run
-                restart_budget_hit.append(line.strip())
             if on_line is not None:
                 on_line(line.rstrip("\n"))
 
@@ -484,63 +444,60 @@ def run_stress(opts: StressOptions, *, on_line: Callable[[str], None] | None = N
         live_xids.close()
     try:
         return _finish_run(run_dir, opts, run_info, kernlog, xids, pytest_status, interrupted,
-                           restart_budget_hit, warnings, warn)
+                           warnings, warn)
     finally:
         if in_main:
             signal.signal(signal.SIGINT, previous)
 
 
-def _finish_run(run_dir: Path, opts: StressOptions, run_info: dict[str, Any],
+def _finish_run(run_dir: Path, opts: StressOptions, run_info: RunInfo,
                 kernlog: KernelLogWatch, xids: list[dict[str, Any]] | None,
-                pytest_status: int | None, interrupted: bool, restart_budget_hit: list[str],
+                pytest_status: int | None, interrupted: bool,
                 warnings: list[str], warn: Callable[[str], None]) -> StressResult:
     """Everything after pytest exited: attributed xid.jsonl, summary.json, run.json, mapping."""
-    from faulthunt.summary import (assemble_spans, attribute_xids, build_summary,
-                                   found_something, pci_map_of_run, read_run_records,
-                                   visible_of_run)
+    from faulthunt.summary import (attribute_xids, build_summary, found_something,
+                                   pci_map_of_run, visible_of_run)
 
-    records, controller, live_recorded, skipped = read_run_records(run_dir)
-    if xids is None:
-        xids = live_recorded  # e.g. a file: source that could not be followed: keep what we have
-    pci_map = pci_map_of_run(run_dir)
-    spans = assemble_spans(records, controller)
-    attributed = attribute_xids(xids, spans, pci_map)
+    run = RunDir(run_dir)
+    # None: e.g. a file: source that could not be followed: keep what was recorded live
+    found_xids: Sequence[Any] = run.xids() if xids is None else xids
+    pci_map = pci_map_of_run(run)
+    spans = run.spans()
+    attributed = attribute_xids(found_xids, spans, pci_map)
     write_text_atomic(run_dir / Layout.XID, "".join(dumps(x) + "\n" for x in attributed))
-    summary = build_summary(spans, controller, attributed, pci_map=pci_map,
-                            visible=visible_of_run(run_dir, pci_map))
+    summary = build_summary(spans, run.controller(), attributed, pci_map=pci_map,
+                            visible=visible_of_run(run, pci_map))
     exit_status = exit_status_for(pytest_status, found_something(summary))
     if interrupted:
-        from faulthunt.cli import ExitCode
-
         exit_status = ExitCode.INTERRUPTED
-    if restart_budget_hit and not summary.get("stopped_early"):
-        summary["stopped_early"] = (f"xdist: {restart_budget_hit[0]} "
+    limit = next((c for c in run.controller() if isinstance(c, RestartLimit)), None)
+    if limit is not None and not summary.get("stopped_early"):
+        # xdist's restart budget ran out (the plugin records it): the rest did not run
+        summary["stopped_early"] = (f"xdist: maximum crashed workers reached: {limit.limit} "
                                     "(raise --max-worker-restart to run the rest)")
     summary["exit_status"] = int(exit_status)
     summary["pytest_exit_status"] = pytest_status
-    summary["skipped_lines"] = skipped
+    summary["skipped_lines"] = run.skipped_lines()
     summary["kernel_log"] = kernlog.status
     summary["warnings"] = warnings
     write_json_atomic(run_dir / Layout.SUMMARY, summary)
-    run_info.update(ended=time.time(), exit_status=int(exit_status), pytest_exit_status=pytest_status)
-    write_json_atomic(run_dir / Layout.RUN, run_info)
-    _map_run(run_dir, summary, warn)
+    write_run_info(run_dir, run_info.finished(exit_status=int(exit_status),
+                                              pytest_exit_status=pytest_status))
+    _map_run(run, summary, warn)
     return StressResult(run_dir, summary, int(exit_status))
 
 
-def _map_run(run_dir: Path, summary: dict[str, Any], warn: Callable[[str], None]) -> None:
-    """faulthunt.mapper.map_run when the mapper is part of this build (engineer L's area)."""
-    if not summary.get("xids") and not any((run_dir / Layout.LEDGER_DIR).glob("*.jsonl")):
+def _map_run(run: RunDir, summary: dict[str, Any], warn: Callable[[str], None]) -> None:
+    """Map the run's fault addresses to its ledger (faulthunt.mapper.map_run)."""
+    if not summary.get("xids") and not run.has_ledger():
         return
+    from faulthunt.mapper import map_run
+
     try:
-        from faulthunt.mapper import map_run
-    except ImportError:
-        return
-    try:
-        map_run(run_dir)
+        map_run(run.path)
     except FaulthuntError as exc:
         warn(f"mapping fault addresses: {exc}")
-    except Exception as exc:  # the stress result stands even if mapping breaks
+    except Exception as exc:  # noqa: BLE001 - the stress result stands even if mapping breaks
         warn(f"mapping fault addresses failed: {type(exc).__name__}: {exc}")
 
 
@@ -574,18 +531,17 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> N
     from rich.markup import escape
     from rich.table import Table
 
-    mapping = read_json(run_dir / Layout.MAPPING, default=None)
+    run = RunDir(run_dir)
     verdicts: dict[str, list[str]] = {}
     base_of = {str(x.get("nodeid")): str(x.get("base_nodeid")) for x in summary.get("xids", [])}
     base_of.update({str(f.get("nodeid")): str(f.get("base_nodeid"))
                     for f in summary.get("failures", [])})
-    if isinstance(mapping, list):
-        for m in mapping:
-            if isinstance(m, dict) and m.get("verdict"):
-                # mapper entries (docs/mapper.md) name the test as attributed_nodeid
-                nodeid = str(m.get("attributed_nodeid") or m.get("nodeid") or "")
-                key = base_of.get(nodeid, nodeid)
-                verdicts.setdefault(key, []).append(str(m.get("verdict")))
+    for m in run.mapping() or ():
+        if m.verdict:
+            # mapper entries (docs/mapper.md) name the test as attributed_nodeid
+            nodeid = m.attributed_nodeid or m.nodeid or ""
+            key = base_of.get(nodeid, nodeid)
+            verdicts.setdefault(key, []).append(m.verdict)
     xid_by_test: dict[str, Counter[str]] = {}
     for x in summary.get("xids", []):
         xid_by_test.setdefault(str(x.get("base_nodeid")), Counter())[str(x.get("xid"))] += 1
@@ -624,7 +580,7 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> N
     if not summary.get("tests_run") and summary.get("pytest_exit_status") not in (None, 0, 5):
         # nothing ran (collection error, bad option): pytest's own words are in reproducer.log
         console.print(f"pytest exited {summary.get('pytest_exit_status')} before any test ran: "
-                      + "; ".join(_collection_errors(run_dir / Layout.REPRODUCER_LOG))
+                      + "; ".join(_collection_errors(run))
                       + f" (full output: {run_dir / Layout.REPRODUCER_LOG})", markup=False)
     w = summary.get("workers", {})
     outcomes = summary.get("outcomes", {})
@@ -638,12 +594,12 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path, console: Any) -> N
     console.print(f"run directory: {run_dir}", markup=False)
 
 
-def _collection_errors(path: Path, limit: int = 3) -> list[str]:
+def _collection_errors(run: RunDir, limit: int = 3) -> list[str]:
     """pytest's ``ERROR ...`` / ``E   ...`` lines from reproducer.log (the first few)."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    text = run.text(Layout.REPRODUCER_LOG)
+    if text is None:
         return ["reproducer.log unreadable"]
+    lines = text.splitlines()
     errs = [ln.strip() for ln in lines if ln.startswith(("ERROR ", "E   "))]
     return errs[:limit] or ["no ERROR line in its output"]
 

@@ -1,8 +1,9 @@
 """The result of a stress run, computed from what the run directory recorded.
 
 Pure core: :func:`assemble_spans`, :func:`attribute_xids`, :func:`build_summary` take the records
-(dicts, as read from ``events/*.jsonl``, ``controller.jsonl`` and ``xid.jsonl``) and return
-dicts; :func:`summarize_run` is the thin reader around them. The schema is in docs/rundir.md.
+(typed, as :class:`faulthunt.rundir.RunDir` reads them from ``events/*.jsonl``,
+``controller.jsonl`` and ``xid.jsonl``, or plain mappings) and return the summary.json object;
+:func:`summarize_run` is the thin reader around them. The schema is in docs/rundir.md.
 
 Attribution is by pid and time (docs/stress.md): an Xid line carries the pid of the process whose
 channel faulted; the worker with that pid ran a known sequence of tests, each with monotonic start
@@ -20,7 +21,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from faulthunt.records import run as run_records
+from faulthunt.records.documents import XidLine
+from faulthunt.records.events import (Crash, Recycled, SessionFinish, controller_event_from_json,
+                                      worker_event_from_json)
 from faulthunt.records.run import FAILING, TestSpan
+from faulthunt.rundir import RunDir
 from faulthunt.stats import wilson_interval
 
 #: seconds after a sticky-error test ended within which an Xid is still that test's
@@ -84,67 +90,19 @@ def _device_label(index: Any, uuid: Any, pci: str | None) -> str | None:
 
 # --- spans ---------------------------------------------------------------------------------------
 
-def assemble_spans(records: Iterable[Mapping[str, Any]],
-                   controller_events: Iterable[Mapping[str, Any]] = ()) -> list[TestSpan]:
-    """Pair worker ``start``/``end`` records into spans; an unpaired start is ``crashed``.
-
-    Records may come from many files in any order; within one pid they are in write order.
-    """
-    crash_by_key = {(c.get("worker"), c.get("nodeid")): c for c in controller_events
-                    if c.get("event") == "crash"}
-    open_: dict[tuple[Any, str], dict[str, Any]] = {}
-    spans: list[TestSpan] = []
-    for rec in records:
-        ev = rec.get("event")
-        nodeid = rec.get("nodeid")
-        if not isinstance(nodeid, str):
-            continue
-        key = (rec.get("pid"), nodeid)
-        if ev == "start":
-            open_[key] = dict(rec)
-        elif ev == "end":
-            start = open_.pop(key, None)
-            if start is None:
-                start = {}
-            spans.append(TestSpan(
-                nodeid=nodeid, base_nodeid=str(rec.get("base_nodeid") or nodeid),
-                worker=str(rec.get("worker") or start.get("worker") or "?"), pid=rec.get("pid"),
-                t0=start.get("t"), t0_mono=start.get("t_mono"), t1=rec.get("t"),
-                t1_mono=rec.get("t_mono"), outcome=str(rec.get("outcome") or "incomplete"),
-                longrepr=rec.get("longrepr"), sticky_cuda_error=rec.get("sticky_cuda_error"),
-                device=start.get("device")))
-    for (pid, nodeid), start in open_.items():
-        crash = crash_by_key.get((start.get("worker"), nodeid))
-        outcome = "hung" if crash is not None and crash.get("kind") == "hung" else "crashed"
-        if crash is not None:
-            how = crash.get("signal_name") or (f"exit status {crash.get('exit_status')}"
-                                               if crash.get("exit_status") is not None else None)
-            msg = f"worker {crash.get('worker')} died while running the test" + (
-                f" ({how})" if how else "")
-        else:
-            msg = "the process ended while the test was running (no controller record)"
-        spans.append(TestSpan(
-            nodeid=nodeid, base_nodeid=str(start.get("base_nodeid") or nodeid),
-            worker=str(start.get("worker") or "?"), pid=pid, t0=start.get("t"),
-            t0_mono=start.get("t_mono"), outcome=outcome, longrepr=msg,
-            device=start.get("device")))
-    spans.sort(key=lambda s: (s.t0 if s.t0 is not None else float("inf"), s.nodeid))
-    return _label_collateral(spans)
+def _worker_events(items: Iterable[Any]) -> list[Any]:
+    """Typed worker events; mappings (as tests and older callers pass them) decoded by records."""
+    return [ev for ev in map(worker_event_from_json, items) if ev is not None]
 
 
-def _label_collateral(spans: list[TestSpan]) -> list[TestSpan]:
-    """Failures after a sticky CUDA error in the same process are collateral."""
-    import dataclasses
+def _controller_events(items: Iterable[Any]) -> list[Any]:
+    return [ev for ev in map(controller_event_from_json, items) if ev is not None]
 
-    poisoned: set[Any] = set()
-    out: list[TestSpan] = []
-    for span in spans:
-        if span.pid in poisoned and span.outcome in ("failed", "error"):
-            span = dataclasses.replace(span, outcome="collateral")
-        if span.sticky_cuda_error and span.outcome in ("failed", "error"):
-            poisoned.add(span.pid)
-        out.append(span)
-    return out
+
+def assemble_spans(records: Iterable[Any], controller_events: Iterable[Any] = ()) -> list[TestSpan]:
+    """Pair worker ``start``/``end`` events into spans (:func:`faulthunt.records.run.assemble_spans`);
+    events may be typed or plain mappings."""
+    return run_records.assemble_spans(_worker_events(records), _controller_events(controller_events))
 
 
 # --- Xid attribution -----------------------------------------------------------------------------
@@ -159,7 +117,7 @@ def _xid_time(xid: Mapping[str, Any]) -> tuple[float | None, str]:
     return None, "no_time"
 
 
-def attribute_xids(xids: Iterable[Mapping[str, Any]], spans: Iterable[TestSpan],
+def attribute_xids(xids: Iterable[Mapping[str, Any] | XidLine], spans: Iterable[TestSpan],
                    pci_map: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Each Xid with ``worker``, ``nodeid``, ``base_nodeid``, ``device`` and ``attributed_by``.
 
@@ -177,7 +135,7 @@ def attribute_xids(xids: Iterable[Mapping[str, Any]], spans: Iterable[TestSpan],
     pci_map = pci_map or {}
     out: list[dict[str, Any]] = []
     for xid in xids:
-        rec = dict(xid)
+        rec = xid.to_json() if isinstance(xid, XidLine) else dict(xid)
         pci = normalize_pci(rec.get("pci"))
         dev = pci_map.get(pci or "", {})
         rec["device"] = _device_label(dev.get("index"), dev.get("uuid"), pci)
@@ -354,42 +312,45 @@ def visible_gpus(pci_map: Mapping[str, Mapping[str, Any]] | None,
     return [lab for lab, _ in labels] if labels else None
 
 
-def build_summary(spans: Iterable[Mapping[str, Any]] | Iterable[TestSpan],
-                  controller_events: Iterable[dict[str, Any]],
-                  xids: Iterable[dict[str, Any]], *,
+def build_summary(spans: Iterable[Any],
+                  controller_events: Iterable[Any],
+                  xids: Iterable[Mapping[str, Any] | XidLine], *,
                   pci_map: Mapping[str, Mapping[str, Any]] | None = None,
                   exit_status: int | None = None,
                   visible: list[str] | None = None) -> dict[str, Any]:
-    """summary.json from worker records (or assembled spans), controller events and Xids.
+    """summary.json from worker events (or assembled spans), controller events and Xids.
+
+    Events may be typed (faulthunt.records.events) or plain mappings; the result is the
+    summary.json object (:class:`faulthunt.records.documents.Summary` reads it back).
 
     ``visible``: the devices unpinned workers could use (:func:`visible_gpus`); default: every
     device of ``pci_map``. With exactly one, unpinned runs are counted on that device.
     """
-    controller_events = list(controller_events)
+    controller = _controller_events(controller_events)
     items = list(spans)
     if items and isinstance(items[0], TestSpan):
-        span_list: list[TestSpan] = items  # type: ignore[assignment]
+        span_list: list[TestSpan] = items
     else:
-        span_list = assemble_spans(items, controller_events)  # type: ignore[arg-type]
+        span_list = assemble_spans(items, controller)
     attributed = attribute_xids(xids, span_list, pci_map)
 
     outcomes = Counter(s.outcome for s in span_list)
-    crash_by_key = {(c.get("worker"), c.get("nodeid")): c for c in controller_events
-                    if c.get("event") == "crash"}
+    crash_by_key = {(c.worker, c.nodeid): c for c in controller if isinstance(c, Crash)}
     failures = []
     for s in span_list:
         if s.outcome not in FAILING:
             continue
-        crash = crash_by_key.get((s.worker, s.nodeid), {})
+        crash = crash_by_key.get((s.worker, s.nodeid))
         failures.append({
             "nodeid": s.nodeid, "base_nodeid": s.base_nodeid,
             "outcome": "failed" if s.outcome == "error" else s.outcome,
             "phase": "setup/teardown" if s.outcome == "error" else None,
             "worker": s.worker, "pid": s.pid, "device": s.device,
             "message": _first_line(s.longrepr),
-            "sticky_cuda_error": s.sticky_cuda_error,
-            "signal": crash.get("signal"), "signal_name": crash.get("signal_name"),
-            "exit_status": crash.get("exit_status"),
+            "sticky_cuda_error": s.sticky_cuda_error.to_json() if s.sticky_cuda_error else None,
+            "signal": crash.signal if crash else None,
+            "signal_name": crash.signal_name if crash else None,
+            "exit_status": crash.exit_status if crash else None,
         })
 
     xids_by_test = Counter(x.get("base_nodeid") for x in attributed if x.get("base_nodeid"))
@@ -437,12 +398,11 @@ def build_summary(spans: Iterable[Mapping[str, Any]] | Iterable[TestSpan],
             row["failures"] = None
             row["note"] = "workers were unpinned: runs and failures are under 'unpinned'"
 
-    finish = next((c for c in reversed(controller_events) if c.get("event") == "session_finish"),
-                  None)
-    kinds = Counter(c.get("kind") for c in controller_events if c.get("event") == "crash")
+    finish = next((c for c in reversed(controller) if isinstance(c, SessionFinish)), None)
+    kinds = Counter(c.kind for c in controller if isinstance(c, Crash))
     workers = {
         "processes": len({s.pid for s in span_list}),
-        "recycled": sum(1 for c in controller_events if c.get("event") == "recycled"),
+        "recycled": sum(1 for c in controller if isinstance(c, Recycled)),
         "crashed": kinds.get("crashed", 0), "hung": kinds.get("hung", 0),
     }
     summary: dict[str, Any] = {
@@ -456,7 +416,7 @@ def build_summary(spans: Iterable[Mapping[str, Any]] | Iterable[TestSpan],
         "by_device": sorted(by_device.values(), key=lambda r: r["device"]),
         "xid_spread": xid_spread(attributed, len(visible) if visible is not None else None),
         "workers": workers,
-        "stopped_early": (finish.get("shouldstop") or finish.get("shouldfail")) if finish else None,
+        "stopped_early": (finish.shouldstop or finish.shouldfail) if finish else None,
         "session_finished": finish is not None,
         "exit_status": exit_status,
     }
@@ -487,69 +447,38 @@ def _first_line(text: str | None, limit: int = 300) -> str | None:
 
 # --- I/O edge ------------------------------------------------------------------------------------
 
-def read_run_records(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                               list[dict[str, Any]], dict[str, int]]:
-    """(worker records, controller events, xids, skipped-line counts) of a run directory."""
-    from faulthunt.rundir import Layout, read_jsonl, read_jsonl_dir
-
-    events = read_jsonl_dir(run_dir / Layout.EVENTS_DIR)
-    controller = read_jsonl(run_dir / Layout.CONTROLLER)
-    xids = read_jsonl(run_dir / Layout.XID)
-    skipped = {"events": events.skipped, "controller": controller.skipped, "xid": xids.skipped}
-    return list(events.records), list(controller.records), list(xids.records), skipped
+def _run(run_dir: Path | RunDir) -> RunDir:
+    return run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
 
 
-def pci_map_of_run(run_dir: Path) -> dict[str, dict[str, Any]]:
+def pci_map_of_run(run_dir: Path | RunDir) -> dict[str, dict[str, Any]]:
     """PCI -> device from identity.json's GPUs and the NVRM UUID lines of the kmsg snapshots."""
-    from faulthunt.rundir import Layout, read_json
-
-    gpus: list[Mapping[str, Any]] = []
-    try:
-        ident = read_json(run_dir / Layout.IDENTITY, default={})
-        if isinstance(ident, dict) and isinstance(ident.get("gpus"), list):
-            gpus = [g for g in ident["gpus"] if isinstance(g, dict)]
-    except Exception:  # a damaged identity.json must not stop the summary
-        gpus = []
-    text = ""
-    for name in (Layout.KMSG_BEFORE, Layout.KMSG_ADDED, Layout.KMSG_AFTER):
-        try:
-            text += (run_dir / name).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-    return build_pci_map(gpus, parse_gpu_uuid_lines(text))
+    run = _run(run_dir)
+    identity = run.identity()
+    gpus = [g.to_json() for g in identity.gpus] if identity is not None else []
+    return build_pci_map(gpus, parse_gpu_uuid_lines(run.kmsg_text()))
 
 
-def visible_of_run(run_dir: Path, pci_map: Mapping[str, Mapping[str, Any]]) -> list[str] | None:
+def visible_of_run(run_dir: Path | RunDir, pci_map: Mapping[str, Mapping[str, Any]]) -> list[str] | None:
     """:func:`visible_gpus` with the ``CUDA_VISIBLE_DEVICES`` the run was started with (env.json)."""
-    from faulthunt.rundir import Layout, read_json
-
-    try:
-        env = read_json(run_dir / Layout.ENV, default={})
-    except Exception:  # a damaged env.json only loses the narrowing
-        env = {}
-    cvd = env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, dict) else None
-    return visible_gpus(pci_map, cvd if isinstance(cvd, str) and cvd != "<redacted>" else None)
+    cvd = (_run(run_dir).env() or {}).get("CUDA_VISIBLE_DEVICES")
+    return visible_gpus(pci_map, cvd if cvd is not None and cvd != "<redacted>" else None)
 
 
-def summarize_run(run_dir: Path) -> dict[str, Any]:
+def summarize_run(run_dir: Path | RunDir) -> dict[str, Any]:
     """The summary of a run directory, from its records; writes nothing.
 
     ``kernel_log`` (how the log was followed: lost records, warnings) is only known while the run
-    is live; it is carried over from the run's own summary.json when there is one.
+    is live; it is carried over from the run's own summary.json when that one reads.
     """
-    from faulthunt.rundir import Layout, read_json
-
-    records, controller, xids, skipped = read_run_records(run_dir)
-    run = read_json(run_dir / Layout.RUN, default={})
-    pci_map = pci_map_of_run(run_dir)
-    summary = build_summary(records, controller, xids, pci_map=pci_map,
-                            exit_status=run.get("exit_status") if isinstance(run, dict) else None,
-                            visible=visible_of_run(run_dir, pci_map))
-    summary["skipped_lines"] = skipped
-    try:
-        previous = read_json(run_dir / Layout.SUMMARY, default={})
-    except Exception:  # a damaged summary.json is what re-summarising is for
-        previous = {}
-    if isinstance(previous, dict) and isinstance(previous.get("kernel_log"), dict):
-        summary["kernel_log"] = previous["kernel_log"]
+    run = _run(run_dir)
+    info = run.run_info()
+    pci_map = pci_map_of_run(run)
+    summary = build_summary(run.spans(), run.controller(), run.xids(), pci_map=pci_map,
+                            exit_status=info.exit_status if info is not None else None,
+                            visible=visible_of_run(run, pci_map))
+    summary["skipped_lines"] = run.skipped_lines()
+    previous = run.summary()
+    if previous is not None and previous.kernel_log is not None:
+        summary["kernel_log"] = previous.kernel_log.to_json()
     return summary

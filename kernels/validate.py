@@ -45,6 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from faulthunt.kernels import catalog
+from faulthunt.records.documents import MappingEntry
+from faulthunt.records.events import TestEnd
+from faulthunt.rundir import RunDir
 
 SAN_ERROR_EXIT = 99
 #: plain outcomes that depend on timing/memory contents: reported, not judged
@@ -359,13 +362,6 @@ def judge(fault: catalog.PlantedFault, flavour: str, obs: Observed) -> Row:
 
 # --- reading a work folder (I/O) ------------------------------------------------------------------
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text(errors="replace")
@@ -381,28 +377,24 @@ def _rc(path: Path) -> int | None:
         return None
 
 
-def _outcome(run: Path, test: str, name: str, flavour: str) -> tuple[str | None, str]:
-    """The outcome of ``test[name-flavour]`` in a run's events (start/end spans) and summary."""
-    from faulthunt.rundir import read_jsonl_dir
-
+def _outcome(run: RunDir, test: str, name: str, flavour: str) -> tuple[str | None, str]:
+    """The outcome of ``test[name-flavour]`` in a run's summary, else its events."""
     key = f"{test}[{name}-{flavour}"
-    summary = _read_json(run / "summary.json") or {}
-    for f in summary.get("failures", []) or []:
-        if isinstance(f, dict) and key in str(f.get("nodeid", "")):
-            return str(f.get("outcome")), str(f.get("message") or "")
-    ends = [r for r in read_jsonl_dir(run / "events").records
-            if r.get("event") == "end" and key in str(r.get("nodeid", ""))]
+    summary = run.summary()
+    for f in summary.failures if summary is not None else ():
+        if key in f.nodeid:
+            return f.outcome, f.message or ""
+    ends = [r for r in run.worker_events() if isinstance(r, TestEnd) and key in r.nodeid]
     if ends:
-        return str(ends[-1].get("outcome")), str(ends[-1].get("longrepr") or "")
+        return ends[-1].outcome, ends[-1].longrepr or ""
     return None, ""
 
 
-def _xids(run: Path, test: str, name: str, flavour: str) -> tuple[int, ...]:
+def _xids(run: RunDir, test: str, name: str, flavour: str) -> tuple[int, ...]:
     key = f"{test}[{name}-{flavour}"
-    summary = _read_json(run / "summary.json") or {}
-    return tuple(sorted({int(x["xid"]) for x in summary.get("xids", []) or []
-                         if isinstance(x, dict) and isinstance(x.get("xid"), int)
-                         and key in str(x.get("nodeid") or x.get("base_nodeid") or "")}))
+    summary = run.summary()
+    return tuple(sorted({x.xid for x in (summary.xids if summary is not None else ())
+                         if x.xid is not None and key in (x.nodeid or x.base_nodeid or "")}))
 
 
 def _san_finding(f: dict[str, Any]) -> SanFinding:
@@ -416,17 +408,10 @@ def _san_finding(f: dict[str, Any]) -> SanFinding:
                       line=line if isinstance(line, int) else None, text=text)
 
 
-def _map_entry(m: dict[str, Any]) -> MapEntry:
-    # the mapper's own word on what a verdict rested on, under whichever name it uses
-    basis = next((str(m[k]) for k in ("basis", "mapped_by", "via") if isinstance(m.get(k), str)), None)
-    return MapEntry(origin=str(m.get("origin") or "?"),
-                    verdict=m.get("verdict") if isinstance(m.get("verdict"), str) else None,
-                    reason=m.get("reason") if isinstance(m.get("reason"), str) else None,
-                    basis=basis,
-                    attributed=m.get("attributed_nodeid") if isinstance(m.get("attributed_nodeid"), str) else None,
-                    xid=m.get("xid") if isinstance(m.get("xid"), int) else None,
-                    pid=m.get("pid") if isinstance(m.get("pid"), int) else None,
-                    ledger_verdict=m.get("ledger_verdict") if isinstance(m.get("ledger_verdict"), str) else None)
+def _map_entry(m: MappingEntry) -> MapEntry:
+    return MapEntry(origin=m.origin or "?", verdict=m.verdict, reason=m.reason, basis=m.basis,
+                    attributed=m.attributed_nodeid, xid=m.xid, pid=m.pid,
+                    ledger_verdict=m.ledger_verdict)
 
 
 def _rerun_ledger(ledger_dir: Path) -> str | None:
@@ -448,20 +433,18 @@ def _rerun_ledger(ledger_dir: Path) -> str | None:
 
 def observe(folder: Path, name: str, flavour: str) -> Observed:
     """Read one ``<name>-<flavour>`` work folder."""
-    run = folder / "run"
+    run = RunDir(folder / "run")
     p_out, p_msg = _outcome(run, "test_planted", name, flavour)
     t_out, _ = _outcome(run, "test_twin", name, flavour)
-    san = _read_json(run / "sanitizer" / "sanitizer.json")
+    san = run.sanitizer()
     san_tests: tuple[str, ...] | None = None
     findings: tuple[SanFinding, ...] = ()
     version = None
-    if isinstance(san, dict):
-        san_tests = tuple(str(t.get("nodeid")) for t in san.get("tests") or [] if isinstance(t, dict))
-        findings = tuple(_san_finding(f) for f in san.get("findings") or [] if isinstance(f, dict))
-        version = san.get("tool_version") if isinstance(san.get("tool_version"), str) else None
-    mapping = _read_json(run / "mapping.json")
-    entries = tuple(_map_entry(m) for m in mapping if isinstance(m, dict)) \
-        if isinstance(mapping, list) else ()
+    if san is not None:
+        san_tests = tuple(str(t.get("nodeid")) for t in san.tests if isinstance(t, dict))
+        findings = tuple(_san_finding(f) for f in san.findings)
+        version = san.tool_version
+    entries = tuple(_map_entry(m) for m in run.mapping() or ())
     return Observed(
         planted_outcome=p_out, planted_message=p_msg,
         planted_xids=_xids(run, "test_planted", name, flavour),
@@ -469,7 +452,7 @@ def observe(folder: Path, name: str, flavour: str) -> Observed:
         san_tests=san_tests, san_findings=findings, san_version=version,
         san_bug_text=_read_text(folder / "san_bug.txt"), san_bug_rc=_rc(folder / "san_bug.rc"),
         san_twin_text=_read_text(folder / "san_twin.txt"), san_twin_rc=_rc(folder / "san_twin.rc"),
-        mapping=entries, rerun_ledger=_rerun_ledger(run / "sanitizer" / "run" / "ledger"),
+        mapping=entries, rerun_ledger=_rerun_ledger(run.sanitizer_run().ledger_dir()),
         source=_read_text(SOURCES[flavour]) if flavour in SOURCES else None)
 
 

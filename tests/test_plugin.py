@@ -155,3 +155,64 @@ def test_maxfail_keeps_failing_ids(pytester, run):
     finish = next(c for c in _controller(run) if c["event"] == "session_finish")
     assert finish["shouldstop"] or finish["shouldfail"]
     json.dumps(finish)
+
+
+# --- loading: the pytest11 entry point and the -p faulthunt alias --------------------------------
+
+_WHO_LOADED = """
+    def test_loaded(request):
+        pm = request.config.pluginmanager
+        import faulthunt.plugin as plugin
+        names = [pm.get_name(p) for p in pm.get_plugins() if p is plugin]
+        print("FAULTHUNT-PLUGIN", names, pm.hasplugin("faulthunt-controller"))
+"""
+
+
+@pytest.mark.parametrize("args", [(), ("-p", "faulthunt")], ids=["entry point", "both"])
+def test_plugin_loads_once(pytester, run, args):
+    pytester.makepyfile(_WHO_LOADED)
+    result = pytester.runpytest_subprocess(*args, "-s", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    line = next(ln for ln in result.outlines if "FAULTHUNT-PLUGIN" in ln)
+    assert line.count("'") == 2  # one name: registered once
+    assert "--faulthunt-run-dir" in pytester.runpytest_subprocess(*args, "--help").stdout.str()
+    assert len(_records(run)) >= 2  # the worker line and the test's start/end
+
+
+def test_alias_works_without_autoload(pytester, run, monkeypatch):
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makepyfile(_WHO_LOADED)
+    result = pytester.runpytest_subprocess("-p", "faulthunt", "-s", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    # pytest >= 8.4 resolves -p NAME to the entry point of that name when autoload is off
+    # (registered as "faulthunt"); older ones import the package, whose pytest_plugins loads
+    # faulthunt.plugin: once either way
+    line = next(ln for ln in result.outlines if "FAULTHUNT-PLUGIN" in ln)
+    assert ("['faulthunt']" in line or "['faulthunt.plugin']" in line), line
+    without = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    assert "FAULTHUNT-PLUGIN []" in without.stdout.str()
+
+
+def test_import_faulthunt_stays_cheap():
+    import subprocess
+    import sys
+
+    code = "import sys, faulthunt; print(sorted(m for m in ('pytest', 'pluggy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_restart_limit_is_recorded_not_read_from_output(pytester, run):
+    pytester.makepyfile(test_r="""
+        import os
+        def test_1(): os.abort()
+        def test_2(): os.abort()
+        def test_3(): os.abort()
+        def test_4(): pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "faulthunt", "-p", "xdist", "-n", "1",
+                                           "--max-worker-restart", "1", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*maximum crashed workers reached: 1*"])
+    limits = [c for c in _controller(run) if c["event"] == "restart_limit"]
+    assert [(c["limit"], c["down"]) for c in limits] == [(1, 2)]

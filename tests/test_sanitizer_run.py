@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +25,7 @@ from faulthunt.errors import ToolMissingError
 from faulthunt.rundir import create_run_dir, read_json, read_jsonl_dir, write_json_atomic
 from faulthunt.sanitizer import parse_text, parse_xml, run_sanitize
 from faulthunt.sanitizer import run as srun
+from faulthunt.records.documents import Summary
 from faulthunt.sanitizer.run import base_of, read_last_failed
 
 DATA = Path(__file__).parent / "data"
@@ -222,11 +224,13 @@ def test_base_of(nodeid, base):
 
 
 def test_selection_from_summary_and_events(tmp_path):
-    wanted, collateral = srun.tests_from_summary({
+    # a summary.json with junk in it does not read at all (RunDir.summary() is None, and the
+    # selection falls back to the events): tests_from_summary sees only valid summaries
+    wanted, collateral = srun.tests_from_summary(msgspec.convert({
         "failures": [{"nodeid": "a[1-2]", "base_nodeid": "a", "outcome": "failed"},
                      {"nodeid": "b[1-2]", "outcome": "hung"},
-                     {"nodeid": "c", "base_nodeid": "c", "outcome": "collateral"}, "junk"],
-        "xids": [{"xid": 31, "base_nodeid": "d"}, {"xid": 43}]})
+                     {"nodeid": "c", "base_nodeid": "c", "outcome": "collateral"}],
+        "xids": [{"xid": 31, "base_nodeid": "d"}, {"xid": 43}]}, Summary))
     assert wanted == ["a", "b", "d"] and collateral == ["c"]
     run = create_run_dir(tmp_path / "r")
     ev = run / "events" / "gw0-1.jsonl"

@@ -9,11 +9,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from faulthunt.cli import main
 from faulthunt.errors import UsageError
 from faulthunt.rundir import write_json_atomic
+from faulthunt.records.documents import Summary
 from faulthunt.stage import KIT_MARKER, failing_tests, plan_kit, render_kit, script_name, stage
 
 # Each id would run `touch pwned` (in whatever directory) if a script ever let a shell or Python
@@ -188,16 +190,17 @@ def test_refuses_a_foreign_directory_and_restages_a_kit(hostile) -> None:  # typ
 
 
 def test_failing_tests_prefers_primary_over_collateral() -> None:
-    summary = {"failures": [
+    # junk in summary.json makes RunDir.summary() None (the summary is recomputed from the
+    # events), so failing_tests sees only valid summaries
+    summary = msgspec.convert({"failures": [
         {"nodeid": "t.py::a[1-3]", "base_nodeid": "t.py::a", "outcome": "collateral"},
         {"nodeid": "t.py::b[2-3]", "base_nodeid": "t.py::b", "outcome": "crashed"},
-        {"nodeid": "t.py::b[3-3]", "base_nodeid": "t.py::b", "outcome": "failed"},
-        {"nodeid": None}, "junk"],
-        "by_test": [{"base_nodeid": "t.py::b", "runs": 3}]}
+        {"nodeid": "t.py::b[3-3]", "base_nodeid": "t.py::b", "outcome": "failed"}],
+        "by_test": [{"base_nodeid": "t.py::b", "runs": 3}]}, Summary)
     tests = failing_tests(summary)
     assert [t.base_nodeid for t in tests] == ["t.py::b"]
     assert tests[0].failures == 2 and tests[0].runs == 3 and tests[0].outcomes == ("crashed", "failed")
-    only_collateral = failing_tests({"failures": summary["failures"][:1]})
+    only_collateral = failing_tests(msgspec.structs.replace(summary, failures=summary.failures[:1]))
     assert [t.base_nodeid for t in only_collateral] == ["t.py::a"]
 
 

@@ -86,7 +86,9 @@ def test_parse_total(line, total):
 def test_progress_reads_incrementally_and_waits_for_whole_lines(tmp_path):
     (tmp_path / "events").mkdir()
     f = tmp_path / "events" / "gw0-1.jsonl"
-    f.write_text('{"event": "start"}\n{"event": "end", "outcome": "failed"}\n{"event": "end", "ou')
+    f.write_text('{"event": "start", "nodeid": "t::a"}\n'
+                 '{"event": "end", "nodeid": "t::a", "outcome": "failed"}\n'
+                 '{"event": "end", "nodeid": "t::b", "ou')
     p = Progress(tmp_path)
     p.poll()
     assert (p.started, p.done) == (1, 1)

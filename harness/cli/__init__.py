@@ -14,25 +14,14 @@ with its fix and maps to the error's exit code.
 from __future__ import annotations
 
 import argparse
-import enum
 import importlib
 import sys
 from collections.abc import Sequence
 
 from faulthunt import __version__
-from faulthunt.errors import FaulthuntError
+from faulthunt.errors import ExitCode, FaulthuntError
 
-
-class ExitCode(enum.IntEnum):
-    """Exit statuses of every faulthunt command (documented in docs/cli.md)."""
-
-    OK = 0
-    #: the command ran and found something: failures, crashes, hangs, Xids, sanitizer errors
-    FOUND = 1
-    USAGE = 2
-    BAD_INPUT = 3
-    TOOL_MISSING = 4
-    INTERRUPTED = 130
+__all__ = ["COMMANDS", "ExitCode", "build_parser", "console_main", "main"]
 
 
 #: subcommand name -> module (under faulthunt.cli)

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from faulthunt.ledger.reader import load_ledger
     from faulthunt.mapper import map_each, map_run, parse_address
-    from faulthunt.rundir import Layout, resolve_run_dir
+    from faulthunt.rundir import Layout, RunDir, resolve_run_dir
 
     addresses = [parse_address(a) for a in args.addresses]
     if args.ledger:
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
             entries = map_run(run_dir)
             _emit_run(entries, run_dir / Layout.MAPPING, args.json, sys.stdout)
             return 0
-        ledger = load_ledger(run_dir / Layout.LEDGER_DIR)
+        ledger = load_ledger(RunDir(run_dir).ledger_dir())
     if not addresses:
         raise UsageError("no address given", fix="faulthunt map 0x7f7d_dbe00000 --ledger FILE, or --run RUN alone")
     if ledger.skipped:

@@ -18,18 +18,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Merge and print what came from where."""
     from faulthunt.merge import merge_runs
-    from faulthunt.rundir import read_json
+    from faulthunt.rundir import RunDir
 
     info = merge_runs(list(args.runs), args.out, force=args.force)
     for src in info["runners"]:
         rec = src["records"]
         print(f"{src['runner']:<20} {src['path']}: {rec['events']} span records, {rec['xid']} Xids, "
               f"{rec['ledger']} ledger records" + (f", {rec['skipped']} torn lines skipped" if rec["skipped"] else ""))
-    summary = read_json(args.out / "summary.json", default=None)
+    summary = RunDir(args.out).summary()
     if summary is None:
         print(f"merged into {args.out} ({info['summary']})")
         return 0
-    print(f"merged into {args.out}: {summary.get('tests_run')} tests run, "
-          f"{len(summary.get('failures') or [])} failures, {len(summary.get('xids') or [])} Xids")
+    print(f"merged into {args.out}: {summary.tests_run} tests run, "
+          f"{len(summary.failures)} failures, {len(summary.xids)} Xids")
     print(f"next: faulthunt report --run {args.out}")
-    return 1 if summary.get("failures") or summary.get("xids") else 0
+    return 1 if summary.found_something() else 0

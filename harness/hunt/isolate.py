@@ -9,28 +9,26 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from faulthunt.rundir import Layout, read_jsonl
+from faulthunt.records.run import TestSpan
+from faulthunt.rundir import RunDir
 
 #: fails(predecessors) -> True when running predecessors then the target fails
 Probe = Callable[[Sequence[str]], bool]
 
 
-def predecessors(run_dir: Path, nodeid: str) -> list[str]:
-    """The tests that ran before ``nodeid`` in the worker process where it first failed (else first ran)."""
+def predecessors(run_dir: Path | RunDir, nodeid: str) -> list[str]:
+    """The tests that ran before ``nodeid`` in the worker process where it first failed (else
+    where it first ran). ``nodeid`` may be a base id (``t.py::test_a`` for ``t.py::test_a[3-5]``)."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    by_process: dict[int | None, list[TestSpan]] = {}
+    for span in run.spans():  # in start order
+        by_process.setdefault(span.pid, []).append(span)
     best: list[str] | None = None
-    for path in sorted((Path(run_dir) / Layout.EVENTS_DIR).glob("*.jsonl")):
-        order: list[str] = []
-        outcomes: dict[str, str] = {}
-        for rec in read_jsonl(path).records:
-            if rec.get("event") == "start":
-                order.append(str(rec.get("nodeid")))
-            elif rec.get("event") == "end":
-                outcomes[str(rec.get("nodeid"))] = str(rec.get("outcome"))
-        for i, nid in enumerate(order):
-            if nid == nodeid or nid.split("[")[0] == nodeid:
-                before = [p for p in order[:i]]
-                failed = outcomes.get(nid, "crashed") != "passed"
-                if failed:
+    for spans in by_process.values():
+        for i, span in enumerate(spans):
+            if span.nodeid == nodeid or span.nodeid.split("[")[0] == nodeid:
+                before = [s.nodeid for s in spans[:i]]
+                if span.outcome != "passed":
                     return before
                 if best is None:
                     best = before

@@ -1,14 +1,17 @@
-"""Records of a stress run: a test span (one test run in one worker) and a worker crash.
+"""Test spans: one run of one test in one worker process, assembled from the worker's events.
 
-Spans are assembled from the worker's ``start``/``end`` lines in ``events/*.jsonl``
-(docs/rundir.md); a span with a start and no end is a test that took its worker down.
+Spans are paired from the ``start``/``end`` lines of ``events/*.jsonl`` (docs/rundir.md); a span
+with a start and no end is a test that took its worker down. A repeated test's runs stay distinct:
+a span is known by :attr:`TestSpan.key`, its pid, node id and start time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable
 from typing import Any
+
+from faulthunt.records.events import Crash, StickyError, TestEnd, TestStart
 
 #: outcomes a span can end with (``crashed`` comes from the controller, never from the worker)
 OUTCOMES = ("passed", "failed", "skipped", "error", "hung", "collateral", "crashed", "incomplete")
@@ -32,8 +35,13 @@ class TestSpan:
     t1_mono: float | None = None
     outcome: str = "incomplete"
     longrepr: str | None = None
-    sticky_cuda_error: Mapping[str, Any] | None = None
+    sticky_cuda_error: StickyError | None = None
     device: str | None = None
+
+    @property
+    def key(self) -> tuple[int | None, str, float | None]:
+        """What tells this run from every other run of the same test: pid, node id, start."""
+        return (self.pid, self.nodeid, self.t0)
 
     @property
     def ended(self) -> bool:
@@ -47,16 +55,59 @@ class TestSpan:
         return self.t0_mono - grace <= t <= end + grace
 
 
-@dataclasses.dataclass(frozen=True)
-class WorkerCrash:
-    """A worker process that died, as the controller saw it."""
+def assemble_spans(events: Iterable[Any], controller: Iterable[Any] = ()) -> list[TestSpan]:
+    """Pair worker ``start``/``end`` events into spans (pure); an unpaired start is ``crashed``
+    (``hung`` when the controller says so). Other kinds of event are passed over.
 
-    worker: str
-    pid: int | None
-    nodeid: str | None
-    #: "crashed", "hung" or "recycled" (a deliberate exit after a sticky CUDA error)
-    kind: str
-    signal: int | None = None
-    exit_status: int | None = None
-    faulthandler: str | None = None
-    message: str | None = None
+    Events may come from many files in any order; within one pid they are in write order, so a
+    start pairs with the next end of the same node id in the same pid.
+    """
+    crash_by_key = {(c.worker, c.nodeid): c for c in controller if isinstance(c, Crash)}
+    open_: dict[tuple[int | None, str], TestStart] = {}
+    spans: list[TestSpan] = []
+    for ev in events:
+        if isinstance(ev, TestStart):
+            open_[(ev.pid, ev.nodeid)] = ev
+        elif isinstance(ev, TestEnd):
+            spans.append(_ended(ev, open_.pop((ev.pid, ev.nodeid), None)))
+    for start in open_.values():
+        spans.append(_unended(start, crash_by_key.get((start.worker, start.nodeid))))
+    # stable: spans without a start time keep the order they were written in
+    spans.sort(key=lambda s: s.t0 if s.t0 is not None else float("inf"))
+    return label_collateral(spans)
+
+
+def _ended(end: TestEnd, start: TestStart | None) -> TestSpan:
+    return TestSpan(
+        nodeid=end.nodeid, base_nodeid=end.base_nodeid or end.nodeid,
+        worker=end.worker or (start.worker if start else None) or "?", pid=end.pid,
+        t0=start.t if start else None, t0_mono=start.t_mono if start else None, t1=end.t,
+        t1_mono=end.t_mono, outcome=end.outcome or "incomplete", longrepr=end.longrepr,
+        sticky_cuda_error=end.sticky_cuda_error, device=start.device if start else None)
+
+
+def _unended(start: TestStart, crash: Crash | None) -> TestSpan:
+    outcome = "hung" if crash is not None and crash.kind == "hung" else "crashed"
+    if crash is not None:
+        how = crash.signal_name or (f"exit status {crash.exit_status}"
+                                    if crash.exit_status is not None else None)
+        msg = f"worker {crash.worker} died while running the test" + (f" ({how})" if how else "")
+    else:
+        msg = "the process ended while the test was running (no controller record)"
+    return TestSpan(
+        nodeid=start.nodeid, base_nodeid=start.base_nodeid or start.nodeid,
+        worker=start.worker or "?", pid=start.pid, t0=start.t, t0_mono=start.t_mono,
+        outcome=outcome, longrepr=msg, device=start.device)
+
+
+def label_collateral(spans: list[TestSpan]) -> list[TestSpan]:
+    """Failures after a sticky CUDA error in the same process are collateral."""
+    poisoned: set[int | None] = set()
+    out: list[TestSpan] = []
+    for span in spans:
+        if span.pid in poisoned and span.outcome in ("failed", "error"):
+            span = dataclasses.replace(span, outcome="collateral")
+        if span.sticky_cuda_error and span.outcome in ("failed", "error"):
+            poisoned.add(span.pid)
+        out.append(span)
+    return out

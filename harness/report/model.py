@@ -1,7 +1,8 @@
 """Everything a report says, built from one run directory (docs/rundir.md) and nothing else.
 
-Pure once the files are read: :func:`build_model` reads the run directory tolerantly (any file may be
-missing; a torn JSONL line is skipped and counted) and :func:`model_from_parts` derives the model.
+Pure once the files are read: :func:`build_model` reads the run directory through
+:class:`faulthunt.rundir.RunDir` (any file may be missing or damaged; a bad line is skipped,
+counted and noted) and :func:`model_from_parts` derives the model.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from faulthunt.rundir import Layout, read_json, read_jsonl, read_jsonl_dir
+from faulthunt.records.documents import Identity, RunInfo, Summary
+from faulthunt.records.events import Hang, OtherEvent
+from faulthunt.rundir import Layout, RunDir
 from faulthunt.stats import wilson_interval
 
 
@@ -53,66 +56,69 @@ class ReportModel:
         return dataclasses.asdict(self)
 
 
-def _read_text(path: Path, limit: int = 4000) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")[:limit]
-    except OSError:
-        return None
+def _plain(event: Any) -> dict[str, Any]:
+    """A typed event as the mapping the derivation below reads (an unknown kind: its own data)."""
+    if isinstance(event, OtherEvent):
+        return dict(event.data)
+    data: dict[str, Any] = event.to_json()
+    return data
 
 
-def build_model(run_dir: Path) -> ReportModel:
-    """Read ``run_dir`` and build its :class:`ReportModel`; every file may be missing."""
-    run_dir = Path(run_dir)
+def build_model(run_dir: Path | RunDir) -> ReportModel:
+    """Read ``run_dir`` (through :class:`RunDir`) and build its :class:`ReportModel`.
+
+    Every file may be missing or damaged: what could not be read becomes a note of the report.
+    """
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
     notes: list[str] = []
-
-    def doc(name: str, default: Any) -> Any:
-        try:
-            value = read_json(run_dir / name, default=None)
-        except Exception as exc:  # damaged JSON: say so, carry on with what else there is
-            notes.append(f"{name} unreadable: {getattr(exc, 'message', exc)}")
-            return default
-        if value is None:
+    docs: dict[str, Any] = {Layout.RUN: run.run_info(), Layout.IDENTITY: run.identity(),
+                            Layout.SUMMARY: run.summary(), Layout.MAPPING: run.mapping()}
+    sanitizer = run.sanitizer()
+    events = [_plain(e) for e in run.worker_events()]
+    controller = [_plain(e) for e in run.controller()]
+    xids = [x.to_json() for x in run.xids()]
+    damaged = {p.file for p in run.problems()}
+    for name, doc in docs.items():
+        if doc is None and name not in damaged:
             notes.append(f"{name} missing")
-            return default
-        return value
-
-    run = doc(Layout.RUN, {})
-    identity = doc(Layout.IDENTITY, {})
-    summary = doc(Layout.SUMMARY, {})
-    mapping = doc(Layout.MAPPING, [])
-    san_path = run_dir / Layout.SANITIZER_DIR / "sanitizer.json"
-    sanitizer = None
-    if san_path.exists():
-        try:
-            sanitizer = read_json(san_path)
-        except Exception as exc:
-            notes.append(f"sanitizer/sanitizer.json unreadable: {getattr(exc, 'message', exc)}")
-    events = read_jsonl_dir(run_dir / Layout.EVENTS_DIR)
-    controller = read_jsonl(run_dir / Layout.CONTROLLER)
-    xids = read_jsonl(run_dir / Layout.XID)
-    for name, got in (("events/", events), ("controller.jsonl", controller), ("xid.jsonl", xids)):
-        if got.skipped:
-            notes.append(f"{name}: {got.skipped} malformed line(s) skipped")
-    if not summary and events.records:
-        try:  # no summary.json (stress killed before it finished): derive it like stress would
-            from faulthunt.summary import summarize_run
-            summary = summarize_run(run_dir)
-            notes.append("summary recomputed from events/ (summary.json missing)")
-        except Exception as exc:  # pragma: no cover - summary module absent or broken
-            notes.append(f"could not recompute the summary: {exc}")
+    for name, counted in run.skipped_lines().items():
+        if counted:
+            label = {"events": "events/", "controller": Layout.CONTROLLER, "xid": Layout.XID}[name]
+            notes.append(f"{label}: {counted} malformed line(s) skipped")
+    summary_doc = docs[Layout.SUMMARY]
+    summary: dict[str, Any] = summary_doc.to_json() if isinstance(summary_doc, Summary) else {}
+    if summary_doc is None and events:
+        # no usable summary.json (stress killed before it finished, or damaged): derive it
+        from faulthunt.summary import summarize_run
+        summary = summarize_run(run)
+        why = "damaged" if Layout.SUMMARY in damaged else "missing"
+        notes.append(f"summary recomputed from events/ (summary.json {why})")
     hang_texts: dict[str, str | None] = {}
-    for rec in events.records:
-        if rec.get("event") == "hang":
-            for key in ("pyspy", "faulthandler"):
-                rel = rec.get(key)
-                if isinstance(rel, str):
-                    hang_texts[rel] = _read_text(run_dir / rel)
-    if isinstance(mapping, dict):  # tolerate {"verdicts": [...]}
-        mapping = mapping.get("verdicts", [])
-    return model_from_parts(run_id=str(run.get("id") or run_dir.name), run=run, identity=identity,
-                            summary=summary, mapping=list(mapping), sanitizer=sanitizer,
-                            events=list(events.records), controller=list(controller.records),
-                            xids=list(xids.records), hang_texts=hang_texts, notes=notes)
+    for rec in run.worker_events():
+        if isinstance(rec, Hang):
+            for rel in (rec.pyspy, rec.faulthandler):
+                if rel:
+                    hang_texts[rel] = run.text(rel, limit=4000)
+    notes.extend(_problem_notes(run))
+    info = docs[Layout.RUN]
+    identity = docs[Layout.IDENTITY]
+    mapping = docs[Layout.MAPPING]
+    return model_from_parts(
+        run_id=str((info.id if isinstance(info, RunInfo) else None) or run.path.name),
+        run=info.to_json() if isinstance(info, RunInfo) else {},
+        identity=identity.to_json() if isinstance(identity, Identity) else {},
+        summary=summary, mapping=[m.to_json() for m in mapping or ()],
+        sanitizer=sanitizer.to_json() if sanitizer is not None else None,
+        events=events, controller=controller, xids=xids, hang_texts=hang_texts, notes=notes)
+
+
+def _problem_notes(run: RunDir, limit: int = 10) -> list[str]:
+    """What the reader could not read, for the report's notes (bad lines are counted above)."""
+    named = [p for p in run.problems() if p.line is None]
+    out = [f"{p.file} unreadable: {p.why}" for p in named[:limit]]
+    if len(named) > limit:
+        out.append(f"{len(named) - limit} more unreadable part(s) of the run")
+    return out
 
 
 # --- derivation (pure) ---------------------------------------------------------------------------

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import IO, Any
 from xml.sax.saxutils import quoteattr
 
-from faulthunt import __version__
 from faulthunt.errors import FaulthuntError, InputError, RunDirError, ToolMissingError, UsageError
+from faulthunt.records.documents import RunInfo, Summary
 from faulthunt.records.sanitizer import TOOLS, Finding, SanitizerRecord
 from faulthunt.rundir import (
-    DEFAULT_BASE, RUN_DIR_ENV, Layout, create_run_dir, read_json, read_jsonl_dir, resolve_run_dir,
-    write_json_atomic, write_text_atomic,
+    DEFAULT_BASE, RUN_DIR_ENV, Layout, RunDir, create_run_dir, resolve_run_dir, write_json_atomic,
+    write_run_info, write_text_atomic,
 )
 from faulthunt.sanitizer import command as cmd
 from faulthunt.sanitizer.parse_text import parse_text_log
@@ -103,42 +103,29 @@ def _unique(items: Iterable[str]) -> list[str]:
     return list(seen)
 
 
-def tests_from_summary(summary: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """(base node ids to rerun, collateral ones left out) from a ``summary.json`` document."""
+def tests_from_summary(summary: Summary) -> tuple[list[str], list[str]]:
+    """(base node ids to rerun, collateral ones left out) from a run's summary."""
     wanted: list[str] = []
     collateral: list[str] = []
-    for f in summary.get("failures") or []:
-        if not isinstance(f, Mapping):
-            continue
-        base = str(f.get("base_nodeid") or base_of(str(f.get("nodeid") or "")))
-        if str(f.get("outcome")) == "collateral":
+    for f in summary.failures:
+        base = f.base_nodeid or base_of(f.nodeid)
+        if f.outcome == "collateral":
             collateral.append(base)
         else:
             wanted.append(base)
-    for x in summary.get("xids") or []:
-        if isinstance(x, Mapping) and x.get("base_nodeid"):
-            wanted.append(str(x["base_nodeid"]))
+    wanted.extend(x.base_nodeid for x in summary.xids if x.base_nodeid)
     wanted = _unique(wanted)
     return wanted, [c for c in _unique(collateral) if c not in wanted]
 
 
-def tests_from_events(run_dir: Path) -> list[str]:
-    """Failing base ids straight from ``events/*.jsonl``: for a run killed before its summary."""
-    got = read_jsonl_dir(run_dir / Layout.EVENTS_DIR)
-    started: dict[tuple[Any, str], str] = {}
-    failing: list[str] = []
-    for rec in got.records:
-        nodeid = str(rec.get("nodeid") or "")
-        base = str(rec.get("base_nodeid") or base_of(nodeid))
-        key = (rec.get("pid"), nodeid)
-        if rec.get("event") == "start":
-            started[key] = base
-        elif rec.get("event") == "end":
-            started.pop(key, None)
-            if rec.get("outcome") in RERUN_OUTCOMES:
-                failing.append(base)
-    failing.extend(started.values())  # a start without an end: the test took its worker down
-    return _unique(failing)
+def tests_from_events(run_dir: Path | RunDir) -> list[str]:
+    """Failing base ids straight from the run's test spans: for a run killed before its summary.
+
+    A test that started and never ended took its worker down (``crashed``): it is rerun too.
+    """
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    return _unique((s.base_nodeid if s.base_nodeid != s.nodeid else base_of(s.nodeid))
+                   for s in run.spans() if s.outcome in RERUN_OUTCOMES)
 
 
 def read_last_failed(cwd: Path) -> list[str]:
@@ -159,11 +146,13 @@ def read_last_failed(cwd: Path) -> list[str]:
 
 def select_tests(run_dir: Path) -> tuple[list[str], list[str], str]:
     """(tests to rerun, collateral left out, where the list came from) for a run directory."""
-    summary = read_json(run_dir / Layout.SUMMARY, default=None)
-    if isinstance(summary, Mapping):
+    run = RunDir(run_dir)
+    summary = run.summary()
+    if summary is not None:
         wanted, collateral = tests_from_summary(summary)
         return wanted, collateral, Layout.SUMMARY
-    return tests_from_events(run_dir), [], f"{Layout.EVENTS_DIR}/ (no {Layout.SUMMARY}: the run did not finish)"
+    why = "damaged" if any(p.file == Layout.SUMMARY for p in run.problems()) else "the run did not finish"
+    return tests_from_events(run), [], f"{Layout.EVENTS_DIR}/ (no usable {Layout.SUMMARY}: {why})"
 
 
 # --- running -------------------------------------------------------------------------------------
@@ -285,11 +274,8 @@ def _map_addresses(run_dir: Path, findings: Sequence[Finding]) -> str | None:
 
 
 def _write_run_json(run_dir: Path, cwd: Path, tests: Sequence[str], started: float) -> None:
-    write_json_atomic(run_dir / Layout.RUN, {
-        "id": run_dir.name, "argv": list(sys.argv), "pytest_args": list(tests), "cwd": str(cwd),
-        "started": started, "ended": None, "faulthunt_version": __version__, "exit_status": None,
-        "kind": "sanitize",
-    })
+    write_run_info(run_dir, RunInfo.begin(run_dir.name, kind="sanitize", cwd=str(cwd),
+                                          pytest_args=tests, started=started))
 
 
 def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float = 600,
@@ -338,10 +324,9 @@ def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float
         run_dir = create_run_dir(base=here / DEFAULT_BASE)
         _write_run_json(run_dir, here, selected, started)
     if cwd is None:
-        recorded = read_json(run_dir / Layout.RUN, default={})
-        rec_cwd = recorded.get("cwd") if isinstance(recorded, Mapping) else None
-        if rec_cwd and Path(rec_cwd).is_dir():
-            here = Path(rec_cwd)
+        recorded = RunDir(run_dir).run_info()
+        if recorded is not None and recorded.cwd and Path(recorded.cwd).is_dir():
+            here = Path(recorded.cwd)
     out_dir = run_dir / Layout.SANITIZER_DIR
     for sub in ("logs", "xml"):
         (out_dir / sub).mkdir(parents=True, exist_ok=True)

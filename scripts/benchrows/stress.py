@@ -51,9 +51,11 @@ def stress_overhead(quick: bool) -> Row:
             # Exit 1 with every test passed means the kernel log showed an Xid during the run:
             # on a shared machine another process's (other tests inject Xid lines into
             # /dev/kmsg here). The run did the full work, so its time counts; anything else fails.
-            summary = json.loads((run / "summary.json").read_text()) if proc.returncode == 1 else {}
-            if proc.returncode != 0 and (summary.get("failures") or
-                                         summary.get("tests_run") != 11 * count):
+            from faulthunt.rundir import RunDir
+
+            summary = RunDir(run).summary() if proc.returncode == 1 else None
+            if proc.returncode != 0 and (summary is None or summary.failures or
+                                         summary.tests_run != 11 * count):
                 raise subprocess.CalledProcessError(proc.returncode, proc.args)
 
         def baseline() -> None:
