@@ -153,6 +153,9 @@ class WorkerRecorder:
                            "recycle": self.recycle, **_now()})
         self._fh_file = self._enable_faulthandler()
         self._install_ledger()
+        # guard mode (docs/guard.md): after the ledger, whose writer it shares; FAULTHUNT_GUARD
+        from faulthunt.guard.install import install_from_env
+        install_from_env(config, run_dir, warn=_warn)
 
     def _record(self, event: str, nodeid: str, **fields: Any) -> None:
         self.events.write({"event": event, "nodeid": nodeid,

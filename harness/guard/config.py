@@ -142,3 +142,25 @@ def _value(key: str, value: str) -> Any:
 
 #: the allocator hooks guard mode knows (docs/guard.md)
 FRAMEWORKS = ("cupy", "numba", "cuda_core", "cuda_bindings", "torch")
+
+
+def spec_from_args(rate: str | None, side: str | None) -> tuple[str | None, str | None]:
+    """``--guard [RATE]`` and ``--guard-side`` -> (the canonical spec for workers or None, a
+    pytest argument that argparse took for RATE or None).
+
+    ``--guard`` takes an optional value, so in ``--guard tests/`` argparse hands over ``tests/``
+    as RATE: a value that does not start with a digit is given back as a test path.
+    """
+    leftover = None
+    if rate is not None and rate.strip() and not rate.strip()[0].isdigit():
+        leftover, rate = rate, ""
+    if rate is None:
+        if side is not None:
+            raise UsageError("--guard-side needs --guard", fix="add --guard (or --guard RATE)")
+        return None, leftover
+    cfg = parse_spec(rate or str(DEFAULT_RATE))
+    if cfg is None:
+        return None, leftover
+    if side is not None:
+        cfg = dataclasses.replace(cfg, side=side)
+    return cfg.to_spec(), leftover

@@ -28,6 +28,8 @@ from faulthunt.guard.config import FRAMEWORKS, GUARD_ENV, GuardConfig, parse_spe
 #: the module whose import arms each hook, and the faulthunt.guard module implementing it
 TRIGGER = {"cupy": "cupy", "numba": "numba.cuda", "cuda_core": "cuda.core",
            "cuda_bindings": "cuda.bindings.driver", "torch": "torch"}
+#: ``fake``: the FakeVmmDriver model instead of CUDA (CPU tests and demos; said as SIMULATED)
+DRIVER_ENV = "FAULTHUNT_GUARD_DRIVER"
 MODULE = {"cupy": "cupy_hook", "numba": "numba_emm", "cuda_core": "cuda_core_mr",
           "cuda_bindings": "bindings_hook", "torch": "torch_alloc"}
 
@@ -140,16 +142,23 @@ def install(ledger_dir: Path, config: GuardConfig, *, seed: int | None = None,
     own = running is None
     writer = LedgerWriter(ledger_dir) if own else running.writer  # type: ignore[union-attr]
     seed = config.seed if config.seed is not None else (seed or 0)
+    simulated = driver is None and os.environ.get(DRIVER_ENV) == "fake"
+    if simulated:
+        from faulthunt.guard.fake import FakeVmmDriver
+
+        driver = FakeVmmDriver()
     allocator = GuardAllocator(config, driver if driver is not None else CudaVmmDriver, writer, seed)
     handle = GuardHandle(allocator, config, writer, own)
     names = config.only or FRAMEWORKS
     side = "overruns (guard after)" if config.side == "right" else "underruns (guard before)"
     message = (f"guard: 1 in {config.rate} device allocations guarded against {side}, "
                f"align {config.align}, at most {config.max_bytes >> 20} MiB live; hooks armed: "
-               f"{', '.join(names)} (each when imported); seed {seed}")
+               f"{', '.join(names)} (each when imported); seed {seed}"
+               + ("; SIMULATED driver (no GPU memory is guarded)" if simulated else ""))
     if not quiet:
         print(f"faulthunt {message}", file=sys.stderr)
-    handle.note(message, **{records.NOTE_CONFIG: {**config.to_json(), "seed": seed, "pid": os.getpid()}})
+    handle.note(message, **{records.NOTE_CONFIG: {**config.to_json(), "seed": seed, "pid": os.getpid(),
+                                               "driver": "simulated" if simulated else "cuda"}})
     for name in names:
         handle.arm(name)
     _active = handle
