@@ -325,7 +325,8 @@ def fake_driver_module(fail: str | None = None):
         cuMemGetAllocationGranularity=call("gran", 2 << 20), cuMemAddressReserve=call("reserve", 0x7000),
         cuMemAddressFree=call("free_va"), cuMemCreate=call("create", "h1"), cuMemMap=call("map"),
         cuMemSetAccess=call("access"), cuMemUnmap=call("unmap"), cuMemRelease=call("release"),
-        cuCtxSynchronize=call("sync"))
+        cuCtxSynchronize=call("sync"), cuInit=call("cuInit"), cuDeviceGet=call("cuDeviceGet", 3),
+        cuDevicePrimaryCtxRetain=call("retain", 55), cuCtxSetCurrent=call("set_current"))
     return cu, calls
 
 
@@ -348,6 +349,16 @@ def test_cuda_vmm_driver_builds_the_calls_as_proven_on_the_h200():
     access = calls[8][1]
     assert access[0:2] == (0x7000, 2 << 20) and access[3] == 1 and access[2][0].flags == "rw"
     assert slot.address == 0x7000 + (2 << 20) - 4096
+
+
+def test_cuda_vmm_driver_makes_the_primary_context_current_only_without_one():
+    cu, calls = fake_driver_module()
+    CudaVmmDriver(cu).ensure_context(3)
+    assert [c[0] for c in calls] == ["cuCtxGetCurrent"]
+    cu.cuCtxGetCurrent = lambda: (0, 0)
+    CudaVmmDriver(cu).ensure_context(3)
+    assert [c[0] for c in calls][1:] == ["cuInit", "cuDeviceGet", "retain", "set_current"]
+    assert calls[-1][1] == (55,)
 
 
 def test_cuda_vmm_driver_errors_name_the_call():

@@ -124,3 +124,106 @@ def test_stress_guard_end_to_end_with_the_simulated_driver(tmp_path):
     allocs = [r for r in recs if r.get("source") == "guard" and r["event"] == "alloc"]
     assert all(r["nodeid"].startswith("test_g.py::test_alloc[") for r in allocs)
     assert json.loads((run / "run.json").read_text())["options"]["guard"] == "2"
+
+
+SIM_FAULTS = '''
+"""SIMULATED faults: the guard's fake driver plays the MMU; a fault appends a real-format Xid 31
+line (the H200's text) with this pid and the page to the kernel log file, then fails the test
+with the sticky CUDA error the GPU would raise."""
+import gc
+import os
+import time
+
+import cupy
+from faulthunt.guard.fake import FakeFault
+from faulthunt.guard.install import active
+
+LOG = {log!r}
+
+
+def _access(ptr, write=True):
+    try:
+        active().allocator.driver.touch(ptr, 4, write)
+    except FakeFault as f:
+        line = ("[%12.6f] NVRM: Xid (PCI:0000:00:06): 31, pid=%d, name=python, channel 0x0000000a, "
+                "intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_8 faulted @ 0x%x_%08x. "
+                "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_%s"
+                % (time.monotonic(), os.getpid(), f.page >> 32, f.page & 0xFFFFFFFF,
+                   "WRITE" if write else "READ"))
+        with open(LOG, "a") as fh:
+            fh.write(line + "\\n")
+        time.sleep(0.6)  # the follower sees it while the test runs
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def test_cupy_write_one_past():
+    a = cupy.alloc(4096)
+    _access(a.ptr + 4096)
+
+
+def test_cupy_read_one_past():
+    a = cupy.alloc(4096)
+    _access(a.ptr + 4096, write=False)
+
+
+def test_cupy_write_last():
+    a = cupy.alloc(4096)
+    _access(a.ptr + 4092)
+
+
+def test_cupy_use_after_free():
+    a = cupy.alloc(4096)
+    ptr = a.ptr
+    del a
+    gc.collect()
+    _access(ptr)
+
+
+def test_cupy_use_before_free():
+    a = cupy.alloc(4096)
+    _access(a.ptr)
+
+
+def test_slack():
+    a = cupy.alloc(4000)
+    _access(a.ptr + 4000)
+'''
+
+
+def _validator():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "guard_validate.py"
+    spec = importlib.util.spec_from_file_location("guard_validate", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+def test_stress_guard_names_simulated_faults_exactly(tmp_path):
+    """The GPU validation's judge (scripts/gpu/guard_validate.py) over a whole stress run whose
+    MMU is the fake driver: overruns and a use after free are named from their Xid 31 page, the
+    twins and the slack access stay clean."""
+    (tmp_path / "cupy.py").write_text(FAKE_CUPY)
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    (tmp_path / "test_sim.py").write_text(SIM_FAULTS.replace("{log!r}", repr(str(log))))
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "FAULTHUNT_RUN_DIR"}
+    env["FAULTHUNT_GUARD_DRIVER"] = "fake"
+    proc = subprocess.run([sys.executable, "-m", "faulthunt", "stress", "-n", "2", "--guard", "1",
+                           "--xid-source", f"file:{log}", "-q", "--run-dir", str(run), "test_sim.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    v = _validator()
+    faults = {"test_cupy_write_one_past": ("past_end", 0), "test_cupy_read_one_past": ("past_end", 0),
+              "test_cupy_use_after_free": ("freed", 0)}
+    rows = v.judge_run(run, faults, ("test_cupy_write_last", "test_cupy_use_before_free"), ("test_slack",))
+    bad = [r for r in rows if not r["ok"]]
+    assert not bad, json.dumps(rows, indent=1)
+    by = {r["test"]: r for r in rows}
+    assert by["test_cupy_write_one_past"]["text"].startswith(
+        "past_end: 0-4095 bytes past the end of the 4096-byte cupy allocation")
+    assert by["test_cupy_use_after_free"]["text"].startswith("freed: offset 0-4095 of the 4096-byte")
+    assert by["test_slack"]["planted_verdicts"] == ["slack"]

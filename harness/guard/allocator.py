@@ -157,6 +157,11 @@ class GuardAllocator:
                     return self._fail("context", f"cannot read the current device: {exc}")
                 if device is None:
                     return self._fail("context", "no CUDA context is current on this thread")
+            else:
+                try:
+                    drv.ensure_context(device)
+                except Exception as exc:
+                    return self._fail("context", f"no context for device {device}: {exc}")
             try:
                 layout = plan_slot(size, drv.granularity(device), self.config.align, self.config.side)
             except Exception as exc:

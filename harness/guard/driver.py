@@ -33,6 +33,10 @@ class VmmDriver(Protocol):
     def current_device(self) -> int | None:
         """The device of the calling thread's current context, None without one."""
 
+    def ensure_context(self, device: int) -> None:
+        """Make ``device``'s primary context current if no context is (what the runtime does
+        at its first call; a framework may allocate before it launched anything)."""
+
     def granularity(self, device: int) -> int: ...
 
     def reserve(self, size: int, align: int) -> int: ...
@@ -94,6 +98,16 @@ class CudaVmmDriver:
         if int(err) != 0 or ctx is None or int(ctx) == 0:
             return None
         return int(self._check(self.cu.cuCtxGetDevice(), "cuCtxGetDevice"))
+
+    def ensure_context(self, device: int) -> None:
+        cu = self.cu
+        err, ctx = cu.cuCtxGetCurrent()
+        if int(err) == 0 and ctx is not None and int(ctx) != 0:
+            return
+        self._check(cu.cuInit(0), "cuInit")
+        dev = self._check(cu.cuDeviceGet(device), "cuDeviceGet")
+        ctx = self._check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        self._check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
     def granularity(self, device: int) -> int:
         g = self._granularity.get(device)

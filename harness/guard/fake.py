@@ -87,6 +87,11 @@ class FakeVmmDriver:
         self.calls["current_device"] += 1
         return self.device
 
+    def ensure_context(self, device: int) -> None:
+        self._enter("ensure_context")
+        if self.device is None:
+            self.device = device
+
     def granularity(self, device: int) -> int:
         self._enter("granularity")
         return self.g
