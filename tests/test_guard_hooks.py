@@ -351,6 +351,15 @@ def test_cuda_vmm_driver_builds_the_calls_as_proven_on_the_h200():
     assert slot.address == 0x7000 + (2 << 20) - 4096
 
 
+def test_the_allocator_makes_the_cuda_driver_at_its_first_sampled_allocation(monkeypatch):
+    cu, calls = fake_driver_module()
+    monkeypatch.setattr("faulthunt.guard.driver.import_driver", lambda: cu)
+    guard = GuardAllocator(parse_spec("1"), CudaVmmDriver, None)   # the class, as install() passes it
+    assert guard.driver is None and calls == []
+    slot = guard.allocate(64, "cupy")
+    assert isinstance(guard.driver, CudaVmmDriver) and slot is not None and guard.owns(slot.address)
+
+
 def test_cuda_vmm_driver_makes_the_primary_context_current_only_without_one():
     cu, calls = fake_driver_module()
     CudaVmmDriver(cu).ensure_context(3)

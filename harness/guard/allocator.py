@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import sys
 import threading
@@ -114,11 +115,13 @@ class GuardAllocator:
     """Guard slots of one process. Thread-safe; the sampling counter is deliberately unlocked
     (a lost decrement between threads only shifts which allocation is sampled)."""
 
-    def __init__(self, config: GuardConfig, driver: Callable[[], VmmDriver] | VmmDriver,
+    def __init__(self, config: GuardConfig, driver: Callable[[], VmmDriver] | VmmDriver | type,
                  sink: RecordSink | None, seed: int = 0) -> None:
         self.config = config
-        self._driver_factory = driver if callable(driver) and not hasattr(driver, "reserve") else None
-        self.driver: VmmDriver | None = None if self._driver_factory else driver  # type: ignore[assignment]
+        # a class or a function: made at the first sampled allocation (cuda-python loads then)
+        factory = inspect.isclass(driver) or inspect.isfunction(driver) or inspect.ismethod(driver)
+        self._driver_factory = driver if factory else None
+        self.driver: VmmDriver | None = None if factory else driver  # type: ignore[assignment]
         self.sink = sink
         self.sampler = Sampler(config.rate, seed)
         self.quarantine: Quarantine[Slot] = Quarantine(config.quarantine_slots, config.quarantine_bytes)
