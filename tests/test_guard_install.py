@@ -60,6 +60,7 @@ def test_install_arms_hooks_and_writes_through_its_own_writer(tmp_path, monkeypa
     cupy = types.ModuleType("cupy")
     exec(FAKE_CUPY, cupy.__dict__)
     monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr("faulthunt.ledger._active", None)  # no ledger here: guard mode's own writer
     drv = FakeVmmDriver()
     try:
         h = install(tmp_path, parse_spec("1,only=cupy"), seed=5, driver=drv, quiet=True)
