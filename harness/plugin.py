@@ -188,6 +188,9 @@ class WorkerRecorder:
                                       **_now()))
         self._fh_file = self._enable_faulthandler()
         self._install_ledger()
+        # guard mode (docs/guard.md): after the ledger, whose writer it shares; FAULTHUNT_GUARD
+        from faulthunt.guard.install import install_from_env
+        install_from_env(config, run_dir, warn=_warn)
 
     def _test(self, nodeid: str) -> dict[str, Any]:
         """The fields every test record of this process carries."""

@@ -56,6 +56,7 @@ class StressOptions:
     quiet: bool = False
     max_worker_restart: int = DEFAULT_MAX_WORKER_RESTART
     recycle: bool = True                  # restart a worker after a sticky CUDA error
+    guard: str | None = None              # guard mode spec (FAULTHUNT_GUARD; docs/guard.md)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +150,8 @@ def build_env(opts: StressOptions, run_dir: Path,
         env["CUDA_LAUNCH_BLOCKING"] = "1"
     if opts.ledger:
         env["FAULTHUNT_LEDGER"] = opts.ledger
+    if opts.guard:
+        env["FAULTHUNT_GUARD"] = opts.guard  # guard mode: faulthunt.guard.config.GUARD_ENV
     if opts.gpus:
         # CUDA_VISIBLE_DEVICES indices then mean what nvidia-smi/NVML (and our PCI map) mean.
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")

@@ -48,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kernel log: auto, kmsg, dmesg, journalctl, nvml, file:PATH, none")
     parser.add_argument("--ledger", default="auto",
                         help="allocation ledger: auto, cupti, numba, cupy, torch, off")
+    parser.add_argument("--guard", nargs="?", const="", default=None, metavar="RATE",
+                        help="guard mode: guard pages around 1 in RATE device allocations "
+                             "(default rate 100; RATE may carry settings, e.g. 1,align=16: "
+                             "docs/guard.md)")
+    parser.add_argument("--guard-side", choices=("right", "left"), default=None,
+                        help="guard after allocations (right: overruns, the default) or before "
+                             "them (left: underruns)")
     parser.add_argument("--max-worker-restart", type=int, default=None,
                         help="xdist restart budget (default 1000: stress runs crash workers)")
     parser.add_argument("--no-recycle", action="store_true",
@@ -81,12 +88,15 @@ def run(args: argparse.Namespace) -> int:
         from faulthunt.report.ci import check_output_path
         check_output_path(args.junitxml, "--junitxml")
     maxfail = 1 if args.exitfirst else args.maxfail
+    from faulthunt.guard.config import spec_from_args
+
+    guard, path = spec_from_args(args.guard, args.guard_side)  # `--guard tests/`: a path
     opts = StressOptions(
-        pytest_args=tuple(args.pytest_args) + tuple(getattr(args, "extra", ()) or ()),
+        pytest_args=((path,) if path else ()) + tuple(args.pytest_args) + tuple(getattr(args, "extra", ()) or ()),
         workers=workers, count=args.count, keyword=args.keyword, maxfail=maxfail,
         timeout=args.timeout, launch_blocking=not args.no_launch_blocking, gpus=gpus,
         run_dir=args.run_dir, xid_source=args.xid_source, ledger=args.ledger,
-        quiet=args.quiet, recycle=not args.no_recycle,
+        quiet=args.quiet, recycle=not args.no_recycle, guard=guard,
         max_worker_restart=(args.max_worker_restart if args.max_worker_restart is not None
                             else DEFAULT_MAX_WORKER_RESTART),
     )
