@@ -41,6 +41,7 @@ from faulthunt.cudaerrors import find_sticky
 from faulthunt.records.events import (Crash, Hang, ProcessInfo, Recycle, Recycled, RecycleLost,
                                       RestartLimit, SessionFinish, SessionStart, StickyError, TestEnd,
                                       TestStart, WorkerDown, WorkerHello)
+from faulthunt.nodeids import SELECT_OPTION
 from faulthunt.rundir import RUN_DIR_ENV, JsonlWriter, Layout, RunDir
 
 #: env: "0" turns worker recycling after sticky CUDA errors off
@@ -139,6 +140,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default=False,
                     help="do not restart a worker after a sticky CUDA error "
                          "(later failures in it are still labelled collateral)")
+    group.addoption(SELECT_OPTION, dest="faulthunt_ids", action="append", default=[],
+                    metavar="NODEID",
+                    help="run only this test (repeatable); matches the id with or without "
+                         "pytest-repeat's step, so a parametrized id works with --count")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep only the tests named with --faulthunt-id (faulthunt.nodeids.pytest_selection)."""
+    wanted = set(config.getoption("faulthunt_ids", None) or ())
+    if not wanted:
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if item.nodeid in wanted or base_nodeid(item) in wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.hookimpl(trylast=True)

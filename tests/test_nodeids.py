@@ -1,0 +1,77 @@
+"""Node ids as data: checked, and selected exactly whatever --count does to their names."""
+
+from __future__ import annotations
+
+import pytest
+
+from faulthunt.errors import UsageError
+from faulthunt.nodeids import (check_node_id, collection_root, is_node_id, problem,
+                               pytest_selection)
+
+pytest_plugins = ["pytester"]
+
+ODD = '''
+import pytest
+
+@pytest.mark.parametrize("p", ["a b", "x/y", "bold", "-dash", "a::b[c]"])
+def test_odd(p):
+    pass
+
+def test_plain():
+    pass
+'''
+
+
+@pytest.mark.parametrize("nodeid", [
+    "tests/test_k.py::test_a", "t.py::T::test_b[float32-x/y]", "t.py::test_odd[a b]",
+    "t.py::test_odd[-dash]", "t.py::test_p[a::b[c]]", "t.py", "dir/t.py::test_a[\u00e9]",
+])
+def test_node_ids_accepted(nodeid: str) -> None:
+    assert is_node_id(nodeid), problem(nodeid)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("--basetemp=/tmp/victim", "starts with '-'"), ("-k", "starts with '-'"),
+    ("", "empty"), ("   ", "empty"), ("t.py::test_a\n--junitxml=x", "control character"),
+    ("::test_a", "no file path"), ("t.py::", "no test name"), ("t.py::[x]", "no test name"),
+    (None, "empty"), (["t.py"], "empty"),
+])
+def test_non_node_ids_refused_with_the_reason(text: object, why: str) -> None:
+    assert why in (problem(text) or "")
+    with pytest.raises(UsageError) as err:
+        check_node_id(text, "summary.json")
+    assert "summary.json" in err.value.message and err.value.fix
+
+
+def test_collection_root_drops_only_the_parameters() -> None:
+    assert collection_root("t.py::T::test_b[x/y]") == "t.py::T::test_b"
+    assert collection_root("t.py::test_p[a::b[c]]") == "t.py::test_p"
+    assert collection_root("t.py") == "t.py"
+
+
+def test_selection_puts_ids_behind_options_and_roots_after_double_dash() -> None:
+    args = pytest_selection(["t.py::test_odd[a b]", "t.py::test_odd[x/y]", "t.py::test_plain"])
+    assert args == ["--faulthunt-id=t.py::test_odd[a b]", "--faulthunt-id=t.py::test_odd[x/y]",
+                    "--faulthunt-id=t.py::test_plain", "--", "t.py::test_odd", "t.py::test_plain"]
+    with pytest.raises(UsageError):
+        pytest_selection(["--junitxml=/tmp/victim"])
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_selection_runs_exactly_the_named_parametrized_tests(pytester: pytest.Pytester,
+                                                            count: int) -> None:
+    pytester.makepyfile(test_m=ODD)
+    ids = ["test_m.py::test_odd[a b]", "test_m.py::test_odd[-dash]", "test_m.py::test_odd[a::b[c]]"]
+    args = ["-p", "faulthunt", "-p", "repeat", "-v", "--count", str(count), *pytest_selection(ids)]
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=3 * count, deselected=2 * count)
+    result.stdout.no_fnmatch_line("*test_odd?x/y*PASSED*")
+
+
+def test_selection_with_the_repeat_step_runs_that_one_step(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_m=ODD)
+    args = ["-p", "faulthunt", "-p", "repeat", "-v", "--count", "3",
+            *pytest_selection(["test_m.py::test_odd[a b-2-3]"])]
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=1, deselected=14)
+    result.stdout.fnmatch_lines(["*test_odd?a b-2-3? PASSED*"])
