@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     guard, path = spec_from_args(args.guard, args.guard_side)  # `--guard tests/`: a path
     opts = StressOptions(
-        pytest_args=((path,) if path else ()) + tuple(args.pytest_args) + tuple(getattr(args, "extra", ()) or ()),
+        pytest_args=_pytest_args(args, path),
         workers=workers, count=args.count, keyword=args.keyword, maxfail=maxfail,
         timeout=args.timeout, launch_blocking=not args.no_launch_blocking, gpus=gpus,
         run_dir=args.run_dir, xid_source=args.xid_source, ledger=args.ledger,
@@ -111,3 +111,16 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"faulthunt stress: {line}", file=sys.stderr)
     return result.exit_status
+
+
+def _pytest_args(args: argparse.Namespace, path: str | None) -> tuple[str, ...]:
+    """The positional arguments and what followed ``--``, for pytest, without that ``--``.
+
+    pytest reads everything after a ``--`` as a path (``-p no:cacheprovider`` would become two
+    missing files), so the first separator is faulthunt's own; argparse leaves it in the
+    positional list or in the unknown arguments depending on where options stood.
+    """
+    tokens = ([path] if path else []) + list(args.pytest_args) + list(getattr(args, "extra", ()) or ())
+    if "--" in tokens:
+        tokens.remove("--")
+    return tuple(tokens)
