@@ -26,6 +26,7 @@ back and how to fix it. :class:`Follower` follows any source live in a daemon th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -40,7 +41,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from faulthunt.errors import FaulthuntError
 from faulthunt.kernlog.catalog import classify
-from faulthunt.kernlog.parse import MARKER, normalize_pci, parse_line, scan_text
+from faulthunt.kernlog.parse import MARKER, parse_line, scan_text
+from faulthunt.kernlog.pci import normalize_pci
 from faulthunt.records.xid import XidEvent
 
 KMSG_PATH = "/dev/kmsg"
@@ -590,24 +592,20 @@ class NvmlSource:
     name = "nvml"
 
     def __init__(self, nvml: Any = None, *, poll_ms: int = 200) -> None:
-        if nvml is None:
-            try:
-                import pynvml  # nvidia-ml-py
-            except ImportError:
-                raise KernelLogUnreadable("NVML is not available: the nvidia-ml-py package is missing",
-                                          fix="pip install nvidia-ml-py") from None
-            nvml = pynvml
+        from faulthunt import nvml as nvml_session
+
+        # the session lives as long as the source: close() (or a failed start) ends it
+        self._session = contextlib.ExitStack()
+        try:
+            nvml = self._session.enter_context(nvml_session.session(nvml))
+        except nvml_session.NvmlUnavailable as exc:
+            raise KernelLogUnreadable(exc.message, fix=f"{exc.fix}, or use another --xid-source") from None
         self._n = nvml
         self._poll_ms = poll_ms
         self._events: list[XidEvent] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.errors: list[str] = []
-        try:
-            nvml.nvmlInit()
-        except Exception as exc:
-            raise KernelLogUnreadable(f"NVML cannot start: {exc}",
-                                      fix="install the NVIDIA driver (NVML comes with it), or use another --xid-source") from None
         try:
             self._set = nvml.nvmlEventSetCreate()
             self._pci: dict[int, str | None] = {}
@@ -702,12 +700,10 @@ class NvmlSource:
         try:
             if getattr(self, "_set", None) is not None:
                 self._n.nvmlEventSetFree(self._set)
-        except Exception:
+        except Exception:  # freeing on the way out: NVML may already be gone with the driver
             pass
-        try:
-            self._n.nvmlShutdown()
-        except Exception:
-            pass
+        self._set = None
+        self._session.close()
 
     def close(self) -> None:
         self._stop.set()
