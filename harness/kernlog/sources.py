@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import math
 import os
 import re
 import shutil
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from faulthunt.errors import FaulthuntError
+from faulthunt.kernlog import SPECS as _SPECS
 from faulthunt.kernlog.catalog import classify
 from faulthunt.kernlog.parse import MARKER, parse_line, scan_text
 from faulthunt.kernlog.pci import normalize_pci
@@ -95,7 +97,11 @@ class Cursor:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Cursor:
-        """Read a :meth:`to_json` dict; raises :class:`FaulthuntError` (with the fix) on a bad one."""
+        """Read a :meth:`to_json` dict; raises :class:`FaulthuntError` (with the fix) on a bad one.
+
+        Every field is checked for its type and range (a cursor file may be hand-edited, cut short
+        or another file altogether), so a bad cursor is a message, never a traceback later.
+        """
         if not isinstance(d, Mapping) or not isinstance(d.get("source"), str):
             raise FaulthuntError(
                 f"not a kernel-log cursor: {str(d)[:120]!r}",
@@ -104,17 +110,25 @@ class Cursor:
             )
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
-        try:
-            for k in ("seq", "offset", "inode", "count", "lines"):
-                if kw.get(k) is not None:
-                    kw[k] = int(kw[k])
-            for k in ("ts", "taken"):
-                if kw.get(k) is not None:
-                    kw[k] = float(kw[k])
-        except (TypeError, ValueError) as exc:
-            raise FaulthuntError(f"bad kernel-log cursor {dict(d)!r}: {exc}",
-                                 fix="take a new one with `faulthunt xid cursor`") from None
+        for k in ("seq", "offset", "inode", "count", "lines"):
+            v = kw.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise _bad_cursor(f"{k!r} must be a whole number >= 0, not {str(v)[:40]!r}")
+        for k in ("ts", "taken"):
+            v = kw.get(k)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise _bad_cursor(f"{k!r} must be a number, not {str(v)[:40]!r}")
+                kw[k] = float(v)
+        for k in ("source", "path", "journal", "boot_id"):
+            v = kw.get(k)
+            if v is not None and (not isinstance(v, str) or "\0" in v):
+                raise _bad_cursor(f"{k!r} must be text, not {str(v)[:40]!r}")
         return cls(**kw)
+
+
+def _bad_cursor(why: str) -> FaulthuntError:
+    return FaulthuntError(f"bad kernel-log cursor: {why}", fix="take a new one with `faulthunt xid cursor`")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +186,7 @@ class KernelLogSource(Protocol):
 
 def _boot_id() -> str | None:
     try:
-        return Path(_BOOT_ID).read_text().strip() or None
+        return Path(_BOOT_ID).read_text(errors="replace").strip() or None
     except OSError:
         return None
 
@@ -244,7 +258,7 @@ def _kmsg_error(exc: OSError, path: str) -> KernelLogUnreadable:
     if exc.errno in (errno.EPERM, errno.EACCES):
         restrict = ""
         try:
-            restrict = Path("/proc/sys/kernel/dmesg_restrict").read_text().strip()
+            restrict = Path("/proc/sys/kernel/dmesg_restrict").read_text(errors="replace").strip()
         except OSError:
             pass
         why = " (kernel.dmesg_restrict=1 and this process lacks CAP_SYSLOG)" if restrict == "1" else ""
@@ -349,12 +363,12 @@ class KmsgSource:
         for r in kept:
             if MARKER not in r.message:
                 continue
-            ev = parse_line(r.message)
+            # the record's own line: its header gives the event's seq, time and level
+            ev = parse_line(r.line)
             if ev is None:
                 unparsed.append(r.line)
             else:
-                # the record header knows seq and time; the raw line keeps the whole record line
-                events.append(ev.replace(seq=r.seq, ts=r.ts_usec / 1e6, level=r.level, raw=r.line))
+                events.append(ev)
         nxt = Cursor(source=self.name, seq=expected, boot_id=boot, path=self.path, taken=time.time())
         res = _result(self.name, lines, nxt, lost, warnings=warnings, events=events)
         return dataclasses.replace(res, unparsed=tuple(unparsed))
@@ -732,7 +746,7 @@ class NullSource:
 
 # --- choosing a source ----------------------------------------------------------------------------------
 
-SPECS = ("auto", "kmsg", "dmesg", "journalctl", "nvml", "file:PATH", "none")
+SPECS = _SPECS  # defined with the package, so the CLI can name them without importing this module
 
 
 def _probe(source: KernelLogSource) -> KernelLogSource:
