@@ -117,3 +117,31 @@ def test_head_is_the_start_of_the_stream() -> None:
     scan = P.StreamScan(io.BytesIO(data))
     list(scan)
     assert scan.head == data[:4096] and not scan.truncated
+
+
+def _sparse(path: Path, pieces: list[tuple[int, bytes]], size: int) -> bytes:
+    """A file of ``size`` bytes, zeros (holes) but for ``pieces`` written at their offsets."""
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+        for offset, data in pieces:
+            fh.seek(offset)
+            fh.write(data)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("layout", [
+    [(0, LINE + b"\n"), (1 << 20, LINE + b"\n")],                     # lines between holes
+    [(0, b"x" * 10 + LINE), (1 << 20, b"tail\n" + LINE + b"\n")],      # a report line running into a hole
+    [(0, b"start of a line"), ((1 << 20) - 5, b"NVRM: Xid (PCI:0000:00:06): 79, z\n")],  # marker right after one
+    [(512 << 10, LINE + b"\n"), (3 << 20, LINE)],                      # holes at both ends
+    [],                                                                # nothing but a hole
+])
+def test_holes_of_a_sparse_file_are_skipped_with_the_same_result(tmp_path: Path, layout: list) -> None:  # type: ignore[type-arg]
+    path = tmp_path / "sparse.log"
+    data = _sparse(path, layout, 4 << 20)
+    with open(path, "rb", buffering=0) as fh:
+        scan = P.StreamScan(fh, chunk=64 << 10)
+        got = [(ev, line) for ev, line in scan]
+    events = [ev for ev, _ in got if ev is not None]
+    unparsed = [line.rstrip("\r") for ev, line in got if ev is None]
+    assert (events, unparsed) == _whole(data) and scan.bytes_read == len(data)

@@ -268,3 +268,26 @@ def test_load_cursor_never_raises_anything_but_a_faulthunt_error(data: bytes) ->
                 assert isinstance(load_cursor(arg), Cursor)
             except FaulthuntError as exc:
                 assert exc.fix
+
+
+def test_parse_the_quadratic_mix_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 16's case through the command: 40k lines of Xid 31 + Xid 43 of unrelated processes took 44 s.
+
+    The work is asserted in tests/test_kernlog_incident.py (steps per line); here only a wall limit
+    far above what linear work takes and below what the quadratic grouping took.
+    """
+    import time
+
+    lines = []
+    for k in range(40_000):
+        ts = f"[{100 + k * 0.001:.6f}] "
+        lines.append(ts + ("NVRM: Xid (PCI:0000:3b:00): 31, pid=4242, name=train, channel 0x0000000a, intr 00000000. "
+                           "MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_3 faulted @ 0x7f00_00200000. "
+                           "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE" if k % 2 == 0 else
+                           f"NVRM: Xid (PCI:0000:3b:00): 43, pid={10**6 + k}, name=other, channel 0x0000000b"))
+    log = tmp_path / "storm.log"
+    log.write_text("\n".join(lines) + "\n")
+    t0 = time.monotonic()
+    assert main(["xid", "parse", "--incidents", str(log)]) == 0
+    assert time.monotonic() - t0 < 30
+    assert capsys.readouterr().out.splitlines()[-1].startswith("20001 incident(s):")
