@@ -1,4 +1,4 @@
-"""Streamed scanning (faulthunt.kernlog.parse.StreamScan): the same lines as the whole-buffer scan, in
+"""Streamed scanning (faulthunt.kernlog.stream.StreamScan): the same lines as the whole-buffer scan, in
 bounded memory, whatever the chunking and however long (or unending) the lines."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faulthunt.kernlog import parse as P
+from faulthunt.kernlog import stream as S
 
 DATA = Path(__file__).parent / "data"
 LINE = b"[ 5.0] NVRM: Xid (PCI:0000:00:06): 43, pid=7, name=a, channel 0x0000000a"
@@ -34,10 +35,10 @@ class Trickle(io.RawIOBase):
         return n
 
 
-def _streamed(data: bytes, chunk: int = P.CHUNK, step: int | None = None) -> tuple[list, list]:  # type: ignore[type-arg]
+def _streamed(data: bytes, chunk: int = S.CHUNK, step: int | None = None) -> tuple[list, list]:  # type: ignore[type-arg]
     stream = Trickle(data, step) if step else io.BytesIO(data)
     events, unparsed = [], []
-    for ev, line in P.StreamScan(stream, chunk=chunk):
+    for ev, line in S.StreamScan(stream, chunk=chunk):
         (unparsed if ev is None else events).append(line.rstrip("\r") if ev is None else ev)
     return events, unparsed
 
@@ -48,7 +49,7 @@ def _whole(data: bytes) -> tuple[list, list]:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("name", ["h200/dmesg.txt", "h200/kmsg_raw.txt", "h200/dmesg_T.txt", "kernlog/names_talos.log"])
-@pytest.mark.parametrize(("chunk", "step"), [(P.CHUNK, None), (64, None), (7, None), (4096, 3)])
+@pytest.mark.parametrize(("chunk", "step"), [(S.CHUNK, None), (64, None), (7, None), (4096, 3)])
 def test_streamed_equals_whole_on_the_captures(name: str, chunk: int, step: int | None) -> None:
     data = (DATA / name).read_bytes()
     assert _streamed(data, chunk, step) == _whole(data)
@@ -90,13 +91,13 @@ def test_a_sparse_file_streams_in_bounded_memory(tmp_path: Path) -> None:
     tracemalloc.start()
     try:
         with open(sparse, "rb", buffering=0) as fh:
-            scan = P.StreamScan(fh)
+            scan = S.StreamScan(fh)
             got = [ev for ev, _ in scan]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert scan.bytes_read == 64 << 20 and [e.xid for e in got if e] == [43]
-    assert peak < P.CHUNK + 8 * P.MAX_SIDE + (256 << 10)
+    assert peak < S.CHUNK + 8 * P.MAX_SIDE + (256 << 10)
 
 
 def test_limit_stops_an_endless_stream() -> None:
@@ -108,13 +109,13 @@ def test_limit_stops_an_endless_stream() -> None:
             b[:] = bytes(len(b))
             return len(b)
 
-    scan = P.StreamScan(Zeros(), limit=5 << 20)
+    scan = S.StreamScan(Zeros(), limit=5 << 20)
     assert list(scan) == [] and scan.truncated and scan.bytes_read == 5 << 20
 
 
 def test_head_is_the_start_of_the_stream() -> None:
     data = os.urandom(5000)
-    scan = P.StreamScan(io.BytesIO(data))
+    scan = S.StreamScan(io.BytesIO(data))
     list(scan)
     assert scan.head == data[:4096] and not scan.truncated
 
@@ -140,7 +141,7 @@ def test_holes_of_a_sparse_file_are_skipped_with_the_same_result(tmp_path: Path,
     path = tmp_path / "sparse.log"
     data = _sparse(path, layout, 4 << 20)
     with open(path, "rb", buffering=0) as fh:
-        scan = P.StreamScan(fh, chunk=64 << 10)
+        scan = S.StreamScan(fh, chunk=64 << 10)
         got = [(ev, line) for ev, line in scan]
     events = [ev for ev, _ in got if ev is not None]
     unparsed = [line.rstrip("\r") for ev, line in got if ev is None]

@@ -232,7 +232,7 @@ class _Sink:
 
 def _scan_paths(paths: list[str], sink: _Sink) -> int:
     """Stream every PATH into ``sink``; returns how many could not be read (each named on stderr)."""
-    from faulthunt.kernlog.parse import StreamScan
+    from faulthunt.kernlog.stream import StreamScan
 
     failures = 0
     for path in paths:

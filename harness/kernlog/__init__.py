@@ -1,10 +1,11 @@
 """The kernel-log capability: parse, classify and group NVIDIA Xid reports; read them from the kernel.
 
-- :mod:`faulthunt.kernlog.parse`    pure: lines/text/streams -> :class:`~faulthunt.records.xid.XidEvent`
+- :mod:`faulthunt.kernlog.parse`    pure: lines/text/bytes -> :class:`~faulthunt.records.xid.XidEvent`
 - :mod:`faulthunt.kernlog.catalog`  pure: Xid number -> category, culprit and recommended action
 - :mod:`faulthunt.kernlog.incident` pure: events -> incidents (one fault and its consequences), linear time
 - :mod:`faulthunt.kernlog.pci`      pure: the one PCI-address / GPU-UUID normaliser
 - :mod:`faulthunt.kernlog.jsonl`    pure: events -> JSON Lines
+- :mod:`faulthunt.kernlog.stream`   I/O: a file or pipe read in bounded memory, lines to the parser
 - :mod:`faulthunt.kernlog.sources`  I/O: /dev/kmsg, dmesg, journalctl, files, NVML; cursors; Follower
 
 The names below are importable from this package, but each submodule is imported only when one of
@@ -23,7 +24,7 @@ SPECS = ("auto", "kmsg", "dmesg", "journalctl", "nvml", "file:PATH", "none")
 _WHERE = {
     "CatalogEntry": "catalog", "classify": "catalog",
     "Incident": "incident", "IncidentGrouper": "incident", "group_incidents": "incident",
-    "parse_line": "parse", "parse_text": "parse", "scan_bytes": "parse", "scan_text": "parse", "StreamScan": "parse",
+    "parse_line": "parse", "parse_text": "parse", "scan_bytes": "parse", "scan_text": "parse", "StreamScan": "stream",
     "normalize_pci": "pci", "parse_gpu_uuids": "pci",
     "event_json": "jsonl",
     "Cursor": "sources", "Follower": "sources", "KernelLogSource": "sources", "KernelLogUnreadable": "sources",

@@ -23,15 +23,11 @@ silently dropping them.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import functools
-import io
-import os
 import re
-import stat
 import sys
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, BinaryIO
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from faulthunt.kernlog.catalog import classify
 from faulthunt.records.xid import GrException, MmuFault, XidEvent
@@ -40,7 +36,7 @@ if TYPE_CHECKING:
     import mmap
 
 MARKER = "NVRM: Xid"
-_MARKER_B = MARKER.encode()
+MARKER_B = MARKER.encode()
 
 #: Widest GPU virtual address of any NVIDIA MMU (Hopper and later: 57 bits). A decoded Xid 31
 #: address at or above this cannot be a user VA.
@@ -512,11 +508,11 @@ _EMPTY = Container()
 # A report line is at most about 1 KiB (printk) or 8 KiB (a /dev/kmsg record with its dictionary).
 # A candidate line is cut to MAX_SIDE characters either side of its marker, so a file with no
 # newline (a sparse file, a binary dump) never becomes one giant line in memory, and a streamed
-# scan holds at most a chunk and one such line whatever the input.
+# scan (kernlog.stream) holds at most a chunk and one such line whatever the input.
 MAX_SIDE = 16384
 
 
-def _lines(buf, pos: int, end: int, final: bool, marker, nl) -> tuple[list, int, bool]:  # type: ignore[no-untyped-def]
+def find_lines(buf, pos: int, end: int, final: bool, marker, nl) -> tuple[list, int, bool]:  # type: ignore[no-untyped-def]
     """The candidate lines of ``buf[pos:end]`` (each line holding ``marker``, cut to MAX_SIDE each side).
 
     Works on ``str`` and on ``bytes``/``bytearray``/``mmap`` alike (``marker``/``nl`` of the same
@@ -580,7 +576,7 @@ def scan_text(text: str) -> ScanResult:
     The search runs over the whole text with ``str.find`` (C speed); only the lines holding the
     marker are sliced out, so the cost is one pass plus the Xid lines themselves.
     """
-    return _result(_lines(text, 0, len(text), True, MARKER, "\n")[0])
+    return _result(find_lines(text, 0, len(text), True, MARKER, "\n")[0])
 
 
 def parse_text(text: str) -> list[XidEvent]:
@@ -598,115 +594,7 @@ def scan_bytes(data: bytes | bytearray | mmap.mmap) -> ScanResult:
     Candidate lines are found on the bytes and only those are decoded (UTF-8, undecodable bytes
     replaced), so binary junk elsewhere in the log costs nothing and never raises.
     """
-    return _result(_decoded(_lines(data, 0, len(data), True, _MARKER_B, b"\n")[0]))
-
-
-#: bytes read per chunk by :class:`StreamScan` (a larger chunk was not faster: bench row kernlog)
-CHUNK = 1 << 20
-
-
-#: a hole of a sparse file reads as this many zeros, whatever its length (module text above StreamScan)
-_HOLE_RUN = 2 * MAX_SIDE + 2 * len(_MARKER_B)
-
-
-class StreamScan:
-    """The Xid lines of a binary stream (a file, a pipe) read chunk by chunk, in bounded memory.
-
-    Iterating yields ``(event, line)`` per candidate line in input order, ``event`` None for a line
-    that mentions ``NVRM: Xid`` but does not parse. Memory is one chunk plus one line, however big
-    the input (a 1 GB sparse file, a pipe from a long ``journalctl``). ``limit`` stops after that
-    many bytes (``truncated`` then says so): a character device such as ``/dev/zero`` never ends.
-
-    A regular file opened unbuffered (``open(path, "rb", buffering=0)``) has its holes skipped, as
-    GNU grep does: a hole is zeros, which hold no marker and no newline, and the scan of any run of
-    zeros longer than ``_HOLE_RUN`` ends in the same state as the scan of ``_HOLE_RUN`` of them (the
-    line cut at ``MAX_SIDE`` either side of a marker), so that many stand in for the hole.
-    """
-
-    def __init__(self, stream: BinaryIO, *, chunk: int = CHUNK, limit: int | None = None) -> None:
-        self._stream = stream
-        self._chunk = chunk
-        self._limit = limit
-        #: bytes of the stream covered so far (read, or skipped in a hole)
-        self.bytes_read = 0
-        #: True when ``limit`` stopped the scan before the end of the stream
-        self.truncated = False
-        #: the first bytes of the stream (to tell a binary file from a log)
-        self.head = b""
-        self._fd: int | None = None
-        self._size = 0
-        self._zeros = 0  # zeros still to hand out for the hole being skipped ...
-        self._resume = 0  # ... before reading on from this offset
-        if isinstance(stream, io.FileIO):
-            try:
-                st = os.fstat(stream.fileno())
-                if stat.S_ISREG(st.st_mode):
-                    self._fd, self._size = stream.fileno(), st.st_size
-            except OSError:
-                pass
-
-    def _read(self, into: memoryview) -> int:
-        if self._zeros:
-            n = min(len(into), self._zeros)
-            into[:n] = bytes(n)
-            self._zeros -= n
-            if not self._zeros:
-                os.lseek(self._fd, self._resume, os.SEEK_SET)  # type: ignore[arg-type]
-            return n
-        if self._fd is not None:
-            try:
-                here = os.lseek(self._fd, 0, os.SEEK_CUR)
-                try:
-                    data = os.lseek(self._fd, here, os.SEEK_DATA)
-                except OSError as exc:
-                    if exc.errno != errno.ENXIO:  # ENXIO: nothing but a hole up to the end
-                        raise
-                    data = max(here, self._size)
-                os.lseek(self._fd, here, os.SEEK_SET)
-            except OSError:  # no SEEK_DATA here (EINVAL): read every byte
-                self._fd = None
-            else:
-                if data - here > _HOLE_RUN:
-                    self.bytes_read += data - here - _HOLE_RUN  # the part of the hole never handed out
-                    self._zeros, self._resume = _HOLE_RUN, data
-                    return self._read(into)
-        return self._stream.readinto(into) or 0
-
-    def __iter__(self) -> Iterator[tuple[XidEvent | None, str]]:
-        # one buffer for the whole scan: the unfinished tail of a chunk moves to its front and the
-        # next chunk is read in after it (the tail is at most 2 * MAX_SIDE + a marker)
-        buf = bytearray(self._chunk + 2 * MAX_SIDE + len(_MARKER_B))
-        view = memoryview(buf)
-        have = 0  # bytes of buf holding data not yet scanned past
-        skipping = False
-        eof = False
-        while not eof:
-            want = len(buf) - have
-            if self._limit is not None:
-                want = min(want, self._limit - self.bytes_read)
-            n = self._read(view[have:have + want]) if want > 0 else 0
-            if not n:
-                eof = True
-                self.truncated = self._limit is not None and self.bytes_read >= self._limit
-            else:
-                if not self.bytes_read:
-                    self.head = bytes(buf[have:have + min(n, 4096)])
-                self.bytes_read += n
-                have += n
-            start = 0
-            if skipping:
-                nl = buf.find(b"\n", 0, have)
-                if nl < 0:
-                    have = 0  # still inside the over-long line: drop what was read
-                    continue
-                start, skipping = nl + 1, False
-            lines, keep, skipping = _lines(buf, start, have, eof, _MARKER_B, b"\n")
-            for raw in lines:
-                line = raw.decode("utf-8", "replace")
-                yield parse_line(line), line
-            # the unfinished tail moves to the front; _lines needs nothing before it
-            buf[:have - keep] = buf[keep:have]
-            have -= keep
+    return _result(_decoded(find_lines(data, 0, len(data), True, MARKER_B, b"\n")[0]))
 
 
 # --- the driver's GPU UUID lines and PCI spellings: one implementation, in kernlog.pci ------------------
