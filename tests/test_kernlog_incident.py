@@ -281,3 +281,19 @@ def test_damaged_fields_never_raise() -> None:
 ])
 def test_window_edges_as_the_literal_scan(events: list[XidEvent]) -> None:
     assert _shape(group_incidents(events)) == _reference(events)
+
+
+def test_a_long_incident_is_described_in_one_short_line() -> None:
+    """One process faulting 10k times in a row: one incident, its properties linear, its line bounded."""
+    from faulthunt.records.xid import MmuFault
+
+    def fault(k: int) -> XidEvent:
+        mmu = MmuFault(address=k << 12, engine="GRAPHICS", gpc=0, client="GPCCLIENT_T1_0", fault_type="FAULT_PDE",
+                       access_type="ACCESS_TYPE_VIRT_WRITE", decodable=True)
+        return _ev(31, 7, "0000:01:00", 100.0 + k * 0.001).replace(mmu=mmu)
+
+    events = [fault(k) for k in range(10_000)] + [_ev(43, 7, "0000:01:00", 110.5)] * 20
+    (inc,) = group_incidents(events)
+    assert len(inc.addresses) == 10_000 and inc.addresses[:2] == (0, 0x1000)
+    line = inc.describe()
+    assert len(line) < 400 and "(9992 more)" in line and "(12 more)" in line

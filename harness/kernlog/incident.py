@@ -96,20 +96,15 @@ class Incident:
     @property
     def addresses(self) -> tuple[int, ...]:
         """Decoded Xid 31 page addresses (undecodable ones are never included)."""
-        out: list[int] = []
-        for e in self.events:
-            if e.mmu is not None and e.mmu.address is not None and e.mmu.address not in out:
-                out.append(e.mmu.address)
-        return tuple(out)
+        # dict.fromkeys: first-seen order without a list search per line (a storm of one process's
+        # faults can put 10k lines in one incident)
+        return tuple(dict.fromkeys(e.mmu.address for e in self.events if e.mmu is not None and e.mmu.address is not None))
 
     @property
     def errors(self) -> tuple[str, ...]:
         """SM warp errors of the Xid 13 lines (``Misaligned Address``, ``Out Of Range Address``...)."""
-        out: list[str] = []
-        for e in self.events:
-            if e.gr is not None and e.gr.kind in ("warp", "global") and e.gr.error and e.gr.error not in out:
-                out.append(e.gr.error)
-        return tuple(out)
+        return tuple(dict.fromkeys(e.gr.error for e in self.events
+                                   if e.gr is not None and e.gr.kind in ("warp", "global") and e.gr.error))
 
     @property
     def t0(self) -> float | None:
@@ -122,15 +117,17 @@ class Incident:
             who += f" ({self.process})"
         what = classify(self.root.xid).title
         bits = [f"Xid {'/'.join(str(x) for x in self.xids)} on {self.pci or '?'}, {who}: {what}"]
-        if self.addresses:
-            bits.append("page " + ", ".join(f"0x{a:x}" for a in self.addresses))
-        undecodable = [e.mmu for e in self.events if e.mmu is not None and not e.mmu.decodable]
+        addresses = self.addresses
+        if addresses:
+            bits.append("page " + _some([f"0x{a:x}" for a in addresses], ", "))
+        undecodable = sum(1 for e in self.events if e.mmu is not None and not e.mmu.decodable)
         if undecodable:
-            bits.append(f"{len(undecodable)} undecodable MMU fault(s), not a user address")
-        if self.errors:
-            bits.append("; ".join(self.errors))
+            bits.append(f"{undecodable} undecodable MMU fault(s), not a user address")
+        errors = self.errors
+        if errors:
+            bits.append(_some(list(errors), "; "))
         if self.consequences:
-            bits.append("then " + ", ".join(f"Xid {e.xid}" for e in self.consequences))
+            bits.append("then " + _some([f"Xid {e.xid}" for e in self.consequences], ", "))
         return " - ".join(bits)
 
     def to_json(self) -> dict[str, Any]:
@@ -149,6 +146,16 @@ class Incident:
             "consequences": [e.to_json() for e in self.consequences],
             "description": self.describe(),
         }
+
+
+#: items of a list a one-line description names before saying how many more there are
+DESCRIBE_ITEMS = 8
+
+
+def _some(items: list[str], sep: str) -> str:
+    if len(items) <= DESCRIBE_ITEMS:
+        return sep.join(items)
+    return sep.join(items[:DESCRIBE_ITEMS]) + f"{sep}... ({len(items) - DESCRIBE_ITEMS} more)"
 
 
 @dataclasses.dataclass(eq=False)
