@@ -56,7 +56,8 @@ def test_streamed_equals_whole_on_the_captures(name: str, chunk: int, step: int 
     assert _whole(data)[0]
 
 
-_pieces = st.sampled_from([b"\n", b"\r\n", b"x", b"NVRM: Xid", b"NVRM: X", b"id (PCI:0000:00:06): 31, ", LINE, LINE + b"\n",
+_pieces = st.sampled_from([b"\n", b"\r\n", b"x", b"NVRM: Xid", b"NVRM: X", b"id (PCI:0000:00:06): 31, ", LINE,
+                           LINE + b"\n",
                            b"\xff\xfe", b"\0" * 7, b" " * 40, b"[ 1.0] ", b"4,1,2,-;"])
 
 

@@ -54,7 +54,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "run's failures"),
     "session": ("session", "open a repro kit in tmux (tmate with authorized keys when installed), print the attach "
                 "command"),
-    "doctor": ("doctor", "check GPUs, driver, CUDA, tools, kernel-log and ptrace access, and library SASS/PTX coverage"),
+    "doctor": ("doctor", "check GPUs, driver, CUDA, tools, kernel-log and ptrace access, and library SASS/PTX "
+               "coverage"),
     "report": ("report", "write the issue-ready report of a run: Markdown, JSON, or HTML with a timeline"),
     "bisect": ("bisect", "find the first bad git ref or package version of a flaky failure (stress runs as the "
                "oracle, flaky-aware)"),
@@ -86,9 +87,11 @@ class _Formatter(argparse.HelpFormatter):
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
                  width: int | None = None) -> None:
         if width is None:
+            stdout = sys.__stdout__
             try:
-                columns = int(os.environ.get("COLUMNS", "0")) or os.get_terminal_size(sys.__stdout__.fileno()).columns
-            except (AttributeError, ValueError, OSError):  # not a terminal, no stdout, COLUMNS=junk
+                columns = int(os.environ.get("COLUMNS", "0")) or (os.get_terminal_size(stdout.fileno()).columns
+                                                                  if stdout is not None else 80)
+            except (ValueError, OSError):  # not a terminal, COLUMNS=junk
                 columns = 80
             width = max(columns, 20) - 2
         super().__init__(prog, indent_increment, max_help_position, width)

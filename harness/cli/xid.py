@@ -18,7 +18,7 @@ import os
 import stat
 import sys
 import time
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from faulthunt.errors import FaulthuntError, InputError, UsageError
 from faulthunt.kernlog import SPECS
@@ -26,6 +26,7 @@ from faulthunt.kernlog import SPECS
 if TYPE_CHECKING:
     from faulthunt.kernlog.incident import Incident
     from faulthunt.kernlog.sources import Cursor, ReadResult
+    from faulthunt.kernlog.stream import Readable
     from faulthunt.records.xid import XidEvent
 
 # The engine modules are imported inside the actions that use them: `faulthunt xid parse` starts
@@ -123,9 +124,9 @@ def render_table(events: list[XidEvent], out: IO[str], width: int = 160,
         rows.append((_when(ev), str(ev.xid), ev.pci or "-", "-" if ev.pid is None else str(ev.pid), ev.process or "-",
                      title))
         details.append(_detail(ev))
-    widths = [max(map(len, col)) for col in zip(*rows)]
-    for cells, detail in zip(rows, details):
-        line = "  ".join([c.ljust(w) for c, w in zip(cells, widths)] + [detail])
+    widths = [max(map(len, col)) for col in zip(*rows, strict=True)]
+    for cells, detail in zip(rows, details, strict=True):
+        line = "  ".join([c.ljust(w) for c, w in zip(cells, widths, strict=True)] + [detail])
         out.write((line if len(line) <= width else line[: width - 3] + "...") + "\n")
     if incidents is None:
         incidents = group_incidents(events)
@@ -170,15 +171,16 @@ def _stdin_has_input() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
 
 
-def _open_input(path: str) -> tuple[IO[bytes], int | None, bool]:
+def _open_input(path: str) -> tuple[Readable, int | None, bool]:
     """The stream for PATH ('-' is stdin), the byte limit to read it to, and whether to close it."""
     if path == "-":
-        return sys.stdin.buffer, MAX_INPUT, False
+        return cast("Readable", sys.stdin.buffer), MAX_INPUT, False
     try:
         fh = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by the caller)
         mode = os.fstat(fh.fileno()).st_mode
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file", fix="check the path; `dmesg > kern.log` saves the kernel log") from None
+        raise InputError(f"{path}: no such file",
+                         fix="check the path; `dmesg > kern.log` saves the kernel log") from None
     except IsADirectoryError:
         raise InputError(f"{path} is a directory", fix="pass a log file (e.g. a saved `dmesg` output)") from None
     except PermissionError:
@@ -361,7 +363,8 @@ def load_cursor(text: str) -> Cursor:
     try:
         d = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit number, nesting 100k deep
-        raise UsageError(f"cursor is not valid JSON: {str(exc)[:200]}", fix="pass what `faulthunt xid cursor` printed") from None
+        raise UsageError(f"cursor is not valid JSON: {str(exc)[:200]}",
+                         fix="pass what `faulthunt xid cursor` printed") from None
     if isinstance(d, dict) and isinstance(d.get("cursor"), dict):  # a `since --json` trailer, or a wrapper
         d = d["cursor"]
     try:
@@ -378,7 +381,8 @@ def _read_cursor_file(name: str) -> str:
                 raise UsageError(f"not a cursor: {name[:80]!r} is not a regular file", fix=_CURSOR_FIX)
             data = fh.read(MAX_CURSOR + 1)
     except FileNotFoundError:
-        raise UsageError(f"not a cursor: {name[:80]!r} (no such file, and not JSON or kmsg:SEQ)", fix=_CURSOR_FIX) from None
+        raise UsageError(f"not a cursor: {name[:80]!r} (no such file, and not JSON or kmsg:SEQ)",
+                         fix=_CURSOR_FIX) from None
     except IsADirectoryError:
         raise UsageError(f"not a cursor: {name[:80]!r} is a directory", fix=_CURSOR_FIX) from None
     except (OSError, ValueError) as exc:  # permission, a name with a NUL byte, ...
@@ -397,7 +401,8 @@ def _read_cursor_file(name: str) -> str:
 def _source_for(cursor: Cursor) -> str:
     if cursor.source == "file":
         if not cursor.path:
-            raise UsageError("a file cursor without a path", fix="take a new one with `faulthunt xid cursor --source file:PATH`")
+            raise UsageError("a file cursor without a path",
+                             fix="take a new one with `faulthunt xid cursor --source file:PATH`")
         return f"file:{cursor.path}"
     return cursor.source
 

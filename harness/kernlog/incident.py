@@ -98,7 +98,8 @@ class Incident:
         """Decoded Xid 31 page addresses (undecodable ones are never included)."""
         # dict.fromkeys: first-seen order without a list search per line (a storm of one process's
         # faults can put 10k lines in one incident)
-        return tuple(dict.fromkeys(e.mmu.address for e in self.events if e.mmu is not None and e.mmu.address is not None))
+        return tuple(dict.fromkeys(e.mmu.address for e in self.events
+                                   if e.mmu is not None and e.mmu.address is not None))
 
     @property
     def errors(self) -> tuple[str, ...]:

@@ -521,7 +521,7 @@ def find_lines(buf, pos: int, end: int, final: bool, marker, nl) -> tuple[list, 
     Returns the lines, the offset from which the caller must keep the text for the next call, and
     whether that next call starts inside an over-long line (skip to its newline first).
     """
-    out = []
+    out: list = []  # type: ignore[type-arg]
     find, rfind = buf.find, buf.rfind
     mlen = len(marker)
     while True:

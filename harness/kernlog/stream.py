@@ -13,10 +13,18 @@ import io
 import os
 import stat
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Protocol
 
 from faulthunt.kernlog.parse import MARKER_B, MAX_SIDE, find_lines, parse_line
 from faulthunt.records.xid import XidEvent
+
+class Readable(Protocol):
+    """A binary stream: a file opened ``rb``, ``sys.stdin.buffer``, a socket's file."""
+
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
+
+    def close(self) -> None: ...
+
 
 #: bytes read per chunk (1 MiB was faster than 256 KiB, 4 MiB and windows of a memory map)
 CHUNK = 1 << 20
@@ -40,7 +48,7 @@ class StreamScan:
     line cut at ``MAX_SIDE`` either side of a marker), so that many stand in for the hole.
     """
 
-    def __init__(self, stream: BinaryIO, *, chunk: int = CHUNK, limit: int | None = None) -> None:
+    def __init__(self, stream: Readable, *, chunk: int = CHUNK, limit: int | None = None) -> None:
         self._stream = stream
         self._chunk = chunk
         self._limit = limit
