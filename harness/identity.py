@@ -9,6 +9,7 @@ process would load (see :mod:`faulthunt.doctor`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -18,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from faulthunt import __version__
+from faulthunt import __version__, nvml
 
 #: packages whose versions matter when a CUDA fault is being chased (distribution names)
 KEY_PACKAGES = (
@@ -82,15 +83,11 @@ def collect_nvml() -> dict[str, Any]:
     """
     out: dict[str, Any] = {"nvml": False, "nvml_error": None, "gpus": [], "driver": None,
                            "cuda_driver": None}
+    stack = contextlib.ExitStack()  # closes the NVML session whatever the queries do
     try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
-        out["nvml_error"] = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
-        return out
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        out["nvml_error"] = f"NVML unavailable: {exc}"
+        pynvml = stack.enter_context(nvml.session())
+    except nvml.NvmlUnavailable as exc:  # no nvidia-ml-py, no driver, ...
+        out["nvml_error"] = exc.message
         return out
     try:
         out["nvml"] = True
@@ -120,10 +117,7 @@ def collect_nvml() -> dict[str, Any]:
     except Exception as exc:
         out["nvml_error"] = f"NVML query failed: {exc}"
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        stack.close()
     return out
 
 
@@ -353,11 +347,10 @@ def collect_hmm() -> dict[str, Any]:
     """HMM/ATS addressing mode per GPU (NVML), and the nvidia_uvm ``uvm_disable_hmm`` parameter."""
     out: dict[str, Any] = {"uvm_disable_hmm": _read("/sys/module/nvidia_uvm/parameters/uvm_disable_hmm"),
                            "gpus": []}
+    stack = contextlib.ExitStack()
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
+        pynvml = stack.enter_context(nvml.session())
+    except nvml.NvmlUnavailable:
         return out
     try:
         names = {0: "none", 1: "hmm", 2: "ats"}
@@ -368,10 +361,7 @@ def collect_hmm() -> dict[str, Any]:
             except Exception as exc:  # older drivers: function not found
                 out["gpus"].append({"index": index, "addressing_mode": None, "error": str(exc)})
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        stack.close()
     return out
 
 

@@ -89,16 +89,9 @@ def parse_gpus(spec: str, device_count: Callable[[], int] | None = None) -> tupl
 
 def nvml_device_count() -> int:
     """Number of GPUs NVML sees (0 without a driver)."""
-    try:
-        import pynvml
+    from faulthunt import nvml
 
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return 0
+    return nvml.device_count()
 
 
 def worker_count(opts: StressOptions) -> int | str:

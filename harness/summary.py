@@ -15,7 +15,6 @@ attribution of a pid-carrying Xid on the same GPU within a few seconds.
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -25,6 +24,10 @@ from faulthunt.records import run as run_records
 from faulthunt.records.documents import XidLine
 from faulthunt.records.events import (Crash, Recycled, SessionFinish, controller_event_from_json,
                                       worker_event_from_json)
+# One canonical PCI/UUID reader for the kernel log, NVML and this module; the names stay
+# importable from here (faulthunt.summary.normalize_pci / parse_gpu_uuid_lines).
+from faulthunt.kernlog.pci import normalize_pci
+from faulthunt.kernlog.pci import parse_gpu_uuids as parse_gpu_uuid_lines
 from faulthunt.records.run import FAILING, TestSpan
 from faulthunt.rundir import RunDir
 from faulthunt.stats import wilson_interval
@@ -36,36 +39,7 @@ CLOCK_TRUST_S = 10.0
 #: window for giving a pid-less Xid the attribution of a neighbour on the same GPU
 NEIGHBOUR_S = 3.0
 
-# NVRM: GPU at PCI:0000:00:06: GPU-5c3b8a5e-7e1a-3b8c-9d0e-0123456789ab   (once per driver load)
-_GPU_UUID_RE = re.compile(
-    r"NVRM: GPU at (?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):"
-    r" (?P<uuid>GPU-[0-9a-fA-F-]{36})")
-
-
 # --- PCI / device helpers ------------------------------------------------------------------------
-
-def normalize_pci(pci: object) -> str | None:
-    """``0000:3b:00``, ``00000000:3B:00.0``, ``0000:3b:00.0`` -> ``0000:3b:00`` (domain:bus:dev)."""
-    if pci is None or pci == "":
-        return None
-    pci = str(pci)
-    m = re.fullmatch(r"(?:PCI:)?(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})"
-                     r"(?:\.[0-7])?", pci.strip())
-    if m is None:
-        return pci.strip().lower()
-    domain = int(m.group(1) or "0", 16)
-    return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}"
-
-
-def parse_gpu_uuid_lines(text: str) -> dict[str, str]:
-    """PCI -> UUID from the driver's ``NVRM: GPU at PCI:...: GPU-<uuid>`` lines."""
-    out: dict[str, str] = {}
-    for m in _GPU_UUID_RE.finditer(text):
-        key = normalize_pci(m.group("pci"))
-        if key:
-            out[key] = m.group("uuid")
-    return out
-
 
 def build_pci_map(gpus: Iterable[Mapping[str, Any]] = (),
                   uuid_lines: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:

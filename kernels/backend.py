@@ -22,15 +22,12 @@ def gpu_visible() -> bool:
     """A CUDA GPU is visible to this process (NVML, else the device nodes)."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
-    try:
-        import pynvml
+    from faulthunt import nvml
 
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount()) > 0
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
+    try:
+        with nvml.session() as n:
+            return int(n.nvmlDeviceGetCount()) > 0
+    except Exception:  # NvmlUnavailable or a failed count: fall back to the device node
         return Path("/dev/nvidia0").exists()
 
 

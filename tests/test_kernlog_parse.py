@@ -385,3 +385,14 @@ def test_fast_event_construction_matches_the_dataclass() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         ev.pid = 1  # type: ignore[misc]
     assert hash(ev) == hash(XidEvent.from_json(ev.to_json()))
+
+
+def test_the_parser_passes_the_record_fields_in_their_declared_order() -> None:
+    """parse._event and parse._mmu build the records by position (cheaper on every line)."""
+    import dataclasses
+
+    from faulthunt.kernlog import parse
+    from faulthunt.records.xid import MmuFault
+
+    assert parse.EVENT_FIELDS == tuple(f.name for f in dataclasses.fields(XidEvent))
+    assert parse.MMU_FIELDS == tuple(f.name for f in dataclasses.fields(MmuFault))

@@ -391,3 +391,24 @@ def test_nvml_replays_the_real_h200_events() -> None:
     src.close()
     assert [(e.xid, e.category) for e in res.events] == [(31, "app_memory_fault"), (13, "app_memory_fault")]
     assert res.cursor.seq == 2
+
+
+def test_kmsg_records_are_parsed_from_their_own_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one parse path: seq, time and level come from the record's header, raw is the record line."""
+    records = [
+        S.parse_kmsg_record(b"4,100,33034470,-;NVRM: Xid (PCI:0000:00:06): 43, pid=5, name=a, channel 0x0000000a\n"
+                            b" SUBSYSTEM=pci\n DEVICE=+pci:0000:00:06.0\n"),
+        S.parse_kmsg_record(b"6,101,33034471,c;usb 1-1: new device"),
+        S.parse_kmsg_record(b"3,102,33034472,-;NVRM: Xid (PCI:0000:0"),  # cut: counted, not dropped
+        S.parse_kmsg_record("4,103,33034473,-;NVRM: Xid (PCI:0000:00:06 GPU-I:05 GPU-CI:01): 31, pid=6, name=b, Ch 00000010, "
+                            "intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_1 faulted @ 0x7f00_00200000. "
+                            "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE".encode()),
+    ]
+    src = S.KmsgSource(path=os.devnull)
+    monkeypatch.setattr(src, "_drain", lambda fd: (list(records), 0))
+    res = src.read_since(Cursor(source="kmsg", seq=100))
+    src.close()
+    assert [(e.xid, e.seq, e.ts, e.level, e.pid) for e in res.events] == [(43, 100, 33.03447, 4, 5),
+                                                                           (31, 103, 33.034473, 4, 6)]
+    assert res.events[0].raw == records[0].line and res.events[1].gpu_instance == 5
+    assert res.unparsed == (records[2].line,) and res.cursor.seq == 104

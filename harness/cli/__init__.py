@@ -6,7 +6,11 @@ Each subcommand module in this package defines::
     def add_arguments(parser: argparse.ArgumentParser) -> None
     def run(args: argparse.Namespace) -> int   # an ExitCode
 
-and is listed in :data:`COMMANDS`. ``run`` calls into the engine modules and returns; it raises
+and is listed in :data:`COMMANDS` with that line. Only the module of the command being run is
+imported (as pip's command registry does): ``faulthunt --help`` lists every command from the
+table, and ``faulthunt xid parse`` does not pay for importing the stress runner, the sanitizer
+and the report engine first (tests/test_cli.py holds the table equal to each module's HELP).
+``run`` calls into the engine modules and returns; it raises
 :class:`faulthunt.errors.FaulthuntError` for anything the user can fix, which :func:`main` prints
 with its fix and maps to the error's exit code.
 """
@@ -15,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from faulthunt import __version__
 from faulthunt.errors import ExitCode, FaulthuntError
@@ -24,46 +30,89 @@ from faulthunt.errors import ExitCode, FaulthuntError
 __all__ = ["COMMANDS", "ExitCode", "build_parser", "console_main", "main"]
 
 
-#: subcommand name -> module (under faulthunt.cli)
-COMMANDS: dict[str, str] = {
-    "xid": "xid",
-    "stress": "stress",
-    "sanitize": "sanitize",
-    "map": "map",
-    "kernels": "kernels",
-    "demo": "demo",
-    "stage": "stage",
-    "session": "session",
-    "doctor": "doctor",
-    "report": "report",
-    "bisect": "bisect",
-    "isolate": "isolate",
-    "merge": "merge",
+#: subcommand name -> (module under faulthunt.cli, its HELP line)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "xid": ("xid", "parse, explain and follow NVIDIA Xid reports in the kernel log"),
+    "stress": ("stress", "stress-run a pytest suite (xdist + repeat) and attribute crashes, hangs and Xids to tests"),
+    "sanitize": ("sanitize", "rerun a run's failing tests under compute-sanitizer and reduce its output to the "
+                 "offending kernels"),
+    "map": ("map", "map fault addresses (Xid 31 pages, sanitizer addresses) to allocations, kernels and tests"),
+    "kernels": ("kernels", "list the planted-fault kernels (bug, twin, expected evidence) or run one"),
+    "demo": ("demo", "hunt faulthunt's own planted GPU faults end to end (simulated on a machine without a GPU)"),
+    "stage": ("stage", "write a repro kit (reproducer, sanitizer, py-spy and kernel-log scripts, cheatsheet) for a "
+              "run's failures"),
+    "session": ("session", "open a repro kit in tmux (tmate with authorized keys when installed), print the attach "
+                "command"),
+    "doctor": ("doctor", "check GPUs, driver, CUDA, tools, kernel-log and ptrace access, and library SASS/PTX "
+               "coverage"),
+    "report": ("report", "write the issue-ready report of a run: Markdown, JSON, or HTML with a timeline"),
+    "bisect": ("bisect", "find the first bad git ref or package version of a flaky failure (stress runs as the "
+               "oracle, flaky-aware)"),
+    "isolate": ("isolate", "run a test alone and after its predecessors; shrink the predecessors to the polluting set"),
+    "merge": ("merge", "combine run directories from several runners into one, with provenance, and recompute the "
+              "summary"),
 }
 
 
-def _load(name: str):  # type: ignore[no-untyped-def]
-    modname = f"faulthunt.cli.{COMMANDS[name]}"
-    try:
-        return importlib.import_module(modname)
-    except ModuleNotFoundError as exc:
-        if exc.name == modname:  # the command is not part of this build
+def load_command(name: str) -> Any:
+    """The module of subcommand ``name``."""
+    return importlib.import_module(f"faulthunt.cli.{COMMANDS[name][0]}")
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option), if any."""
+    for arg in argv:
+        if arg == "--":
             return None
-        raise
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, sized without importing shutil (argparse imports it for every parser
+    with subcommands: a tenth of the start-up of a short command)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        if width is None:
+            stdout = sys.__stdout__
+            try:
+                columns = int(os.environ.get("COLUMNS", "0")) or (os.get_terminal_size(stdout.fileno()).columns
+                                                                  if stdout is not None else 80)
+            except (ValueError, OSError):  # not a terminal, COLUMNS=junk
+                columns = 80
+            width = max(columns, 20) - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help is laid out by :class:`_Formatter`; its subcommand parsers
+    (and theirs) are of this class too (argparse makes them with the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: every command listed, the arguments of the one ``argv`` names.
+
+    ``argv`` None builds every command's arguments (for documentation and tests).
+    """
+    parser = _Parser(
         prog="faulthunt",
         description="Hunt CUDA memory faults in pytest suites: stress, sanitize, map, report.",
     )
     parser.add_argument("--version", action="version", version=f"faulthunt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        module = _load(name)
-        if module is None:
+    chosen = _command_in(argv) if argv is not None else None
+    for name, (_, help_line) in COMMANDS.items():
+        if argv is not None and name != chosen:
+            sub.add_parser(name, help=help_line, description=help_line)
             continue
-        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module = load_command(name)
+        cmd = sub.add_parser(name, help=help_line, description=module.HELP)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser
@@ -71,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one faulthunt command; returns its exit status."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if getattr(args, "command", None) is None:
         parser.print_help(sys.stderr)

@@ -14,40 +14,44 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import stat
 import sys
 import time
-from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, cast
 
 from faulthunt.errors import FaulthuntError, InputError, UsageError
-from faulthunt.kernlog.catalog import classify
-from faulthunt.kernlog.incident import group_incidents, summarize_incidents
-from faulthunt.kernlog.parse import ScanResult, scan_bytes
-from faulthunt.kernlog.sources import SPECS, Cursor, Follower, KernelLogUnreadable, NullSource, ReadResult, open_source
-from faulthunt.records.xid import XidEvent
+from faulthunt.kernlog import SPECS
+
+if TYPE_CHECKING:
+    from faulthunt.kernlog.incident import Incident
+    from faulthunt.kernlog.sources import Cursor, ReadResult
+    from faulthunt.kernlog.stream import Readable
+    from faulthunt.records.xid import XidEvent
+
+# The engine modules are imported inside the actions that use them: `faulthunt xid parse` starts
+# in the time of a `grep`, and importing the sources (subprocess, threading) or the catalog for
+# an action that does not need them is most of a short command's time (bench row "cli").
 
 HELP = "parse, explain and follow NVIDIA Xid reports in the kernel log"
 
-#: the widest file faulthunt reads whole (a kernel log is megabytes; this guards against /dev/zero)
+#: the most faulthunt reads from a pipe or device (a kernel log is megabytes; this ends `cat /dev/zero |`)
 MAX_INPUT = 4 << 30
-#: files at least this big are memory-mapped instead of read
-MMAP_FROM = 1 << 20
+#: a cursor is a few hundred bytes of JSON; a bigger "cursor file" is some other file
+MAX_CURSOR = 64 << 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="xid_command", metavar="ACTION")
     p = sub.add_parser("parse", help="print the Xid reports of kernel-log text (files, '-' for stdin; "
-                       "none: stdin when piped, else the kernel log now)")
+                       "none: --source if given, else stdin when it is a pipe or file, else the kernel log now)")
     p.add_argument("paths", nargs="*", metavar="PATH", help="log files (any container: dmesg, dmesg -T, "
                    "journalctl, syslog, /dev/kmsg records, console, talosctl); '-' reads stdin")
     p.add_argument("--json", action="store_true", help="JSON Lines: one object per Xid line, in input order")
     p.add_argument("--incidents", action="store_true", help="group the lines into incidents (with --json: "
                    "one object per incident)")
-    p.add_argument("--source", default="auto", help=f"where to read when no PATH is given and stdin is a "
-                   f"terminal: {', '.join(SPECS)} (default auto)")
+    p.add_argument("--source", default=None, help=f"read this kernel-log source instead of PATHs or stdin: "
+                   f"{', '.join(SPECS)} (default: PATHs, else a piped stdin, else auto)")
     w = sub.add_parser("watch", help="follow the kernel log live and print each Xid as it appears")
     w.add_argument("--source", default="auto", help=f"{', '.join(SPECS)} (default auto)")
     w.add_argument("--json", action="store_true", help="JSON Lines")
@@ -100,21 +104,32 @@ def _when(ev: XidEvent) -> str:
     return ev.wall or "-"
 
 
-def render_table(events: list[XidEvent], out: IO[str], width: int = 160) -> None:
+def render_table(events: list[XidEvent], out: IO[str], width: int = 160,
+                 incidents: list[Incident] | None = None) -> None:
     """A readable table of events, then one line per incident and the action for each culprit."""
+    from faulthunt.kernlog.catalog import classify
+    from faulthunt.kernlog.incident import group_incidents
+
     if not events:
         out.write("no Xid reports found\n")
         return
-    rows = [("time", "xid", "gpu", "pid", "process", "category", "detail")]
+    titles: dict[int, str] = {}  # classify() per row was a third of the table's time on a big log
+    head = ("time", "xid", "gpu", "pid", "process", "category")
+    rows = [head]
+    details = ["detail"]
     for ev in events:
-        rows.append((_when(ev), str(ev.xid), ev.pci or "-", str(ev.pid) if ev.pid is not None else "-",
-                     ev.process or "-", classify(ev.xid).title, _detail(ev)))
-    widths = [max(len(r[i]) for r in rows) for i in range(6)]
-    for r in rows:
-        head = "  ".join(c.ljust(w) for c, w in zip(r[:6], widths))
-        line = f"{head}  {r[6]}"
+        title = titles.get(ev.xid)
+        if title is None:
+            title = titles[ev.xid] = classify(ev.xid).title
+        rows.append((_when(ev), str(ev.xid), ev.pci or "-", "-" if ev.pid is None else str(ev.pid), ev.process or "-",
+                     title))
+        details.append(_detail(ev))
+    widths = [max(map(len, col)) for col in zip(*rows, strict=True)]
+    for cells, detail in zip(rows, details, strict=True):
+        line = "  ".join([c.ljust(w) for c, w in zip(cells, widths, strict=True)] + [detail])
         out.write((line if len(line) <= width else line[: width - 3] + "...") + "\n")
-    incidents = group_incidents(events)
+    if incidents is None:
+        incidents = group_incidents(events)
     out.write(f"\n{len(incidents)} incident(s):\n")
     for inc in incidents:
         out.write(f"  [{_CULPRIT_WORDS.get(inc.culprit, inc.culprit)}] {inc.describe()}\n")
@@ -135,121 +150,267 @@ _CULPRIT_WORDS = {
 }
 
 
-def _emit_json(events: list[XidEvent], out: IO[str], incidents: bool) -> None:
-    if incidents:
-        for inc in group_incidents(events):
-            out.write(json.dumps(inc.to_json()) + "\n")
-    else:
-        for ev in events:
-            out.write(json.dumps(ev.to_json()) + "\n")
-
-
 # --- parse -----------------------------------------------------------------------------------------
 
 
-def _read_path(path: str) -> bytes | mmap.mmap:
-    if path == "-":
-        return sys.stdin.buffer.read()
-    p = Path(path)
+def _stdin_has_input() -> bool:
+    """Whether stdin is something to read: a pipe, a file or a socket -- not a terminal, /dev/null or closed.
+
+    Under cron and CI, stdin is /dev/null or absent: reading it would find nothing and say "no Xid
+    reports found" about a kernel log never looked at.
+    """
+    stdin = sys.stdin
+    if stdin is None:
+        return False
     try:
-        if p.is_dir():
-            raise InputError(f"{path} is a directory", fix="pass a log file (e.g. a saved `dmesg` output)")
-        with open(p, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size >= MMAP_FROM and stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                # a big log is scanned in place: the parser only copies out the Xid lines
-                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            return fh.read(MAX_INPUT)
+        if stdin.isatty():
+            return False
+        mode = os.fstat(stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):  # a stand-in stdin with no descriptor: read what it holds
+        return True
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
+
+
+def _open_input(path: str) -> tuple[Readable, int | None, bool]:
+    """The stream for PATH ('-' is stdin), the byte limit to read it to, and whether to close it."""
+    if path == "-":
+        return cast("Readable", sys.stdin.buffer), MAX_INPUT, False
+    try:
+        fh = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by the caller)
+        mode = os.fstat(fh.fileno()).st_mode
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file", fix="check the path; `dmesg > kern.log` saves the kernel log") from None
+        raise InputError(f"{path}: no such file",
+                         fix="check the path; `dmesg > kern.log` saves the kernel log") from None
+    except IsADirectoryError:
+        raise InputError(f"{path} is a directory", fix="pass a log file (e.g. a saved `dmesg` output)") from None
     except PermissionError:
-        raise InputError(f"{path}: permission denied", fix=f"run as a user who may read it (e.g. `sudo faulthunt xid parse {path}`)") from None
-    except OSError as exc:
-        raise InputError(f"{path}: {exc.strerror or exc}", fix="check the file") from None
+        raise InputError(f"{path}: permission denied",
+                         fix=f"run as a user who may read it (e.g. `sudo faulthunt xid parse {path}`)") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: {getattr(exc, 'strerror', None) or exc}", fix="check the file") from None
+    if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        fh.close()
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{path} is a directory", fix="pass a log file (e.g. a saved `dmesg` output)")
+        raise InputError(f"{path} is a device, not a log file (/dev/kmsg blocks at its end, /dev/zero never ends)",
+                         fix="read the live kernel log with `faulthunt xid parse --source kmsg` (or dmesg, journalctl)")
+    # a regular file ends; a pipe or socket might not
+    return fh, None if stat.S_ISREG(mode) else MAX_INPUT, True
+
+
+class _Sink:
+    """Where parsed events go: JSON Lines written as they come, an incident grouper, or a list."""
+
+    def __init__(self, args: argparse.Namespace, out: IO[str]) -> None:
+        self.out = out
+        self.events: list[XidEvent] = []
+        self.unparsed = 0
+        self.first_unparsed = ""
+        self._lines: list[str] = []
+        self.grouper = None
+        if args.incidents:
+            from faulthunt.kernlog.incident import IncidentGrouper
+
+            self.grouper = IncidentGrouper()
+        self.stream_json = args.json and not args.incidents
+        if self.stream_json:
+            from faulthunt.kernlog.jsonl import event_json
+
+            self._json = event_json
+
+    def add(self, ev: XidEvent | None, line: str) -> None:
+        if ev is None:
+            self.unparsed += 1
+            self.first_unparsed = self.first_unparsed or line.rstrip("\r")
+        elif self.stream_json:
+            self._lines.append(self._json(ev))
+            if len(self._lines) >= 512:
+                self.flush()
+        elif self.grouper is not None:
+            self.grouper.add(ev)
+        else:
+            self.events.append(ev)
+
+    def flush(self) -> None:
+        if self._lines:
+            self._lines.append("")
+            self.out.write("\n".join(self._lines))
+            self._lines = []
+
+
+def _scan_paths(paths: list[str], sink: _Sink) -> int:
+    """Stream every PATH into ``sink``; returns how many could not be read (each named on stderr)."""
+    from faulthunt.kernlog.stream import StreamScan
+
+    failures = 0
+    for path in paths:
+        try:
+            stream, limit, close = _open_input(path)
+        except InputError as exc:
+            _warn(str(exc))
+            failures += 1
+            continue
+        try:
+            scan = StreamScan(stream, limit=limit)
+            found = 0
+            add = sink.add
+            for ev, line in scan:
+                add(ev, line)
+                found += 1
+        finally:
+            if close:
+                stream.close()
+        if not found and b"\0" in scan.head:
+            _warn(f"{path}: looks binary and holds no Xid report")
+        if scan.truncated:
+            _warn(f"{path}: stopped after {MAX_INPUT >> 30} GiB (a kernel log is megabytes: is this a log?)")
+    return failures
 
 
 def _parse(args: argparse.Namespace) -> int:
+    import gc
+
     paths: list[str] = list(args.paths)
-    scans: list[ScanResult] = []
-    failures = 0
-    if not paths and not sys.stdin.isatty():
+    source = args.source
+    if paths and source is not None:
+        raise UsageError("give log files or --source, not both",
+                         fix="`faulthunt xid parse kern.log` or `faulthunt xid parse --source kmsg`")
+    if source is not None and source.startswith("file:") and source[5:]:
+        paths, source = [source[5:]], None  # a file source is a file: streamed like one
+    elif not paths and source is None and _stdin_has_input():
         paths = ["-"]
-    if paths:
-        for path in paths:
-            try:
-                data = _read_path(path)
-            except InputError as exc:
-                _warn(str(exc))
-                failures += 1
-                continue
-            if b"\0" in data[:4096] and b"NVRM: Xid" not in data:
-                _warn(f"{path}: looks binary and holds no Xid report")
-            scans.append(scan_bytes(data))
-        if not scans:
-            raise InputError(f"nothing could be read ({failures} input(s) failed, see above)",
-                             fix="pass a readable kernel-log file, or '-' and pipe `dmesg` into it")
-    else:
-        source = open_source(args.source, warn=_warn)
-        if isinstance(source, NullSource):
-            raise KernelLogUnreadable(f"nothing to parse: {source.reason}",
-                                      fix="pass a saved log (`faulthunt xid parse kern.log`), pipe one in "
-                                      "(`sudo dmesg | faulthunt xid parse`), or run as root")
-        scans.append(scan_bytes(source.snapshot().encode("utf-8", "replace")))
-    events = [e for s in scans for e in s.events]
-    unparsed = [u for s in scans for u in s.unparsed]
-    out = sys.stdout
-    if args.json:
-        _emit_json(events, out, args.incidents)
-    elif args.incidents:
-        for inc in group_incidents(events):
-            out.write(f"[{_CULPRIT_WORDS.get(inc.culprit, inc.culprit)}] {inc.describe()}\n")
-        summary = summarize_incidents(group_incidents(events))
-        out.write(f"{summary['incidents']} incident(s): {summary['by_culprit']}\n")
-    else:
-        render_table(events, out)
-    if unparsed:
-        _warn(f"{len(unparsed)} line(s) mention 'NVRM: Xid' but could not be parsed (truncated?); first: "
-              f"{unparsed[0][:200]!r}")
+    sink = _Sink(args, sys.stdout)
+    # Events and incidents hold no reference cycles: the cyclic collector would only walk every
+    # record made so far, again and again (a third of the time on a big log), and free nothing.
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        if paths:
+            failures = _scan_paths(paths, sink)
+            if failures == len(paths):
+                raise InputError(f"nothing could be read ({failures} input(s) failed, see above)",
+                                 fix="pass a readable kernel-log file, or '-' and pipe `dmesg` into it")
+        else:
+            _scan_source(source or "auto", sink)
+        sink.flush()
+        _report(args, sink)
+    finally:
+        if gc_was_on:
+            gc.enable()
+    if sink.unparsed:
+        _warn(f"{sink.unparsed} line(s) mention 'NVRM: Xid' but could not be parsed (truncated?); first: "
+              f"{sink.first_unparsed[:200]!r}")
     return 0
+
+
+def _scan_source(spec: str, sink: _Sink) -> None:
+    from faulthunt.kernlog import sources
+    from faulthunt.kernlog.parse import scan_text
+
+    source = sources.open_source(spec, warn=_warn)
+    if isinstance(source, sources.NullSource):
+        raise sources.KernelLogUnreadable(
+            f"nothing to parse: {source.reason}",
+            fix="pass a saved log (`faulthunt xid parse kern.log`), pipe one in (`sudo dmesg | faulthunt xid parse`), "
+            "or run as root")
+    scan = scan_text(source.snapshot())
+    for ev in scan.events:
+        sink.add(ev, ev.raw)
+    for line in scan.unparsed:
+        sink.add(None, line)
+
+
+def _report(args: argparse.Namespace, sink: _Sink) -> None:
+    out = sink.out
+    if sink.stream_json:
+        return
+    if sink.grouper is not None:
+        incidents = sink.grouper.incidents()
+        if args.json:
+            for inc in incidents:
+                out.write(json.dumps(inc.to_json()) + "\n")
+            return
+        from faulthunt.kernlog.incident import summarize_incidents
+
+        for inc in incidents:
+            out.write(f"[{_CULPRIT_WORDS.get(inc.culprit, inc.culprit)}] {inc.describe()}\n")
+        summary = summarize_incidents(incidents)
+        out.write(f"{summary['incidents']} incident(s): {summary['by_culprit']}\n")
+        return
+    render_table(sink.events, out)
 
 
 # --- cursor / since / watch --------------------------------------------------------------------------
 
 
+_CURSOR_FIX = "pass the JSON `faulthunt xid cursor` printed, a file holding it, or kmsg:SEQ"
+
+
 def load_cursor(text: str) -> Cursor:
-    """A cursor from JSON text, a file holding it, or ``kmsg:SEQ`` / ``file:PATH:OFFSET``."""
+    """A cursor from JSON text, a file holding it, or ``kmsg:SEQ``.
+
+    Raises :class:`UsageError` / :class:`InputError` with the fix for anything that is not a cursor:
+    a file that is binary, not UTF-8, cut short, huge or of the wrong shape is a message, never a
+    traceback.
+    """
+    from faulthunt.kernlog.sources import Cursor
+
     text = text.strip()
-    if text.startswith("kmsg:") and text[5:].isdigit():
+    if text.startswith("kmsg:") and text[5:].isascii() and text[5:].isdigit():
         return Cursor(source="kmsg", seq=int(text[5:]))
     if not text.startswith("{"):
-        p = Path(text)
-        if p.is_file():
-            try:
-                text = p.read_text()
-            except OSError as exc:
-                raise InputError(f"cannot read cursor file {p}: {exc.strerror}", fix="check the path") from None
-        else:
-            raise UsageError(f"not a cursor: {text[:80]!r}",
-                             fix="pass the JSON `faulthunt xid cursor` printed, a file holding it, or kmsg:SEQ")
+        text = _read_cursor_file(text)
     try:
         d = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"cursor is not valid JSON: {exc}", fix="pass what `faulthunt xid cursor` printed") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit number, nesting 100k deep
+        raise UsageError(f"cursor is not valid JSON: {str(exc)[:200]}",
+                         fix="pass what `faulthunt xid cursor` printed") from None
     if isinstance(d, dict) and isinstance(d.get("cursor"), dict):  # a `since --json` trailer, or a wrapper
         d = d["cursor"]
-    return Cursor.from_json(d)
+    try:
+        return Cursor.from_json(d)
+    except FaulthuntError as exc:
+        raise UsageError(exc.message, fix=exc.fix) from None
+
+
+def _read_cursor_file(name: str) -> str:
+    """The text of a cursor file; UsageError/InputError saying what is wrong with it otherwise."""
+    try:
+        with open(name, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise UsageError(f"not a cursor: {name[:80]!r} is not a regular file", fix=_CURSOR_FIX)
+            data = fh.read(MAX_CURSOR + 1)
+    except FileNotFoundError:
+        raise UsageError(f"not a cursor: {name[:80]!r} (no such file, and not JSON or kmsg:SEQ)",
+                         fix=_CURSOR_FIX) from None
+    except IsADirectoryError:
+        raise UsageError(f"not a cursor: {name[:80]!r} is a directory", fix=_CURSOR_FIX) from None
+    except (OSError, ValueError) as exc:  # permission, a name with a NUL byte, ...
+        raise InputError(f"cannot read cursor file {name[:80]!r}: {getattr(exc, 'strerror', None) or exc}",
+                         fix="check the path and its permissions") from None
+    if len(data) > MAX_CURSOR:
+        raise UsageError(f"cursor file {name} is over {MAX_CURSOR >> 10} KiB: not a cursor",
+                         fix="take a new one with `faulthunt xid cursor > FILE`")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cursor file {name} is not UTF-8 text (binary or damaged at byte {exc.start})",
+                         fix="take a new one with `faulthunt xid cursor > FILE`") from None
 
 
 def _source_for(cursor: Cursor) -> str:
     if cursor.source == "file":
         if not cursor.path:
-            raise UsageError("a file cursor without a path", fix="take a new one with `faulthunt xid cursor --source file:PATH`")
+            raise UsageError("a file cursor without a path",
+                             fix="take a new one with `faulthunt xid cursor --source file:PATH`")
         return f"file:{cursor.path}"
     return cursor.source
 
 
 def _cursor(args: argparse.Namespace) -> int:
-    source = open_source(args.source, warn=_warn)
+    from faulthunt.kernlog import sources
+
+    source = sources.open_source(args.source, warn=_warn)
     print(json.dumps(source.cursor().to_json()))
     return 0
 
@@ -257,8 +418,10 @@ def _cursor(args: argparse.Namespace) -> int:
 def _print_result(res: ReadResult, as_json: bool, lines: bool) -> None:
     out = sys.stdout
     if as_json:
+        from faulthunt.kernlog.jsonl import event_json
+
         for ev in res.events:
-            out.write(json.dumps(ev.to_json()) + "\n")
+            out.write(event_json(ev) + "\n")
         out.write(json.dumps({"cursor": res.cursor.to_json(), "lost": res.lost, "lost_unknown": res.lost_unknown,
                               "lines": len(res.lines), "source": res.source}) + "\n")
     elif lines:
@@ -275,6 +438,8 @@ def _print_result(res: ReadResult, as_json: bool, lines: bool) -> None:
 
 
 def _since(args: argparse.Namespace) -> int:
+    from faulthunt.kernlog import sources
+
     cursor = load_cursor(args.cursor)
     if cursor.source == "none":
         raise UsageError("this cursor comes from the 'none' source: there is nothing to read after it",
@@ -282,24 +447,28 @@ def _since(args: argparse.Namespace) -> int:
     if cursor.source == "nvml":
         raise UsageError("an NVML cursor only means something inside the process that took it",
                          fix="use a kernel-log cursor (kmsg, dmesg, journalctl or file) across commands")
-    source = open_source(_source_for(cursor), warn=_warn)
+    source = sources.open_source(_source_for(cursor), warn=_warn)
     _print_result(source.read_since(cursor, final=True), args.json, args.lines)
     return 0
 
 
 def _watch(args: argparse.Namespace) -> int:
-    source = open_source(args.source, warn=_warn)
+    from faulthunt.kernlog import sources
+    from faulthunt.kernlog.catalog import classify
+    from faulthunt.kernlog.jsonl import event_json
+
+    source = sources.open_source(args.source, warn=_warn)
     out = sys.stdout
 
     def show(ev: XidEvent) -> None:
         if args.json:
-            out.write(json.dumps(ev.to_json()) + "\n")
+            out.write(event_json(ev) + "\n")
         else:
             out.write(f"{_when(ev)}  Xid {ev.xid}  {ev.pci or '-'}  pid {ev.pid if ev.pid is not None else '-'}"
                       f" {ev.process or ''}  [{classify(ev.xid).title}]  {_detail(ev)}\n")
         out.flush()
 
-    follower = Follower(source, source.cursor(), show, interval=args.interval)
+    follower = sources.Follower(source, source.cursor(), show, interval=args.interval)
     _warn(f"following {source.name}; Ctrl-C to stop")
     follower.start()
     deadline = None if args.duration is None else time.monotonic() + args.duration
@@ -316,6 +485,8 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from faulthunt.kernlog.catalog import classify
+
     for n in args.xid:
         entry = classify(n)
         if args.json:
@@ -330,4 +501,4 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["HELP", "add_arguments", "run", "load_cursor", "render_table", "FaulthuntError", "KernelLogUnreadable"]
+__all__ = ["HELP", "add_arguments", "run", "load_cursor", "render_table"]

@@ -13,7 +13,7 @@ import csv
 import dataclasses
 import functools
 import io
-from importlib import resources
+import os
 
 #: Xids the NVIDIA k8s device plugin and DRA driver treat as application errors, non-fatal to the
 #: GPU (formats.md section 1.2); used to mark ``is_application``.
@@ -205,7 +205,16 @@ def parse_catalog(text: str) -> dict[int, CatalogEntry]:
 @functools.lru_cache(maxsize=1)
 def load_catalog() -> dict[int, CatalogEntry]:
     """The shipped catalog, read once."""
-    text = resources.files("faulthunt").joinpath("data", "xid_catalog.csv").read_text(encoding="utf-8")
+    # The package's own file; importlib.resources only for a package that is not on a file system
+    # (a zip): importing it takes longer than `faulthunt xid parse` takes to read a small log.
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "xid_catalog.csv")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        from importlib import resources
+
+        text = resources.files("faulthunt").joinpath("data", "xid_catalog.csv").read_text(encoding="utf-8")
     return parse_catalog(text)
 
 

@@ -6,32 +6,52 @@ One bad access on a Hopper GPU leaves several lines (real H200 capture, driver 5
     [33.873117] NVRM: Xid (PCI:0000:00:06): 13, Graphics Exception: ESR 0x519730=0x500000f ...
     [33.874667] NVRM: Xid (PCI:0000:00:06): 13, pid=553, name=faults, Graphics Exception: channel 0x0000000a, ...
 
-The warp and ESR lines carry no pid; the last one does. Rules (pure, on events in log order):
+The warp and ESR lines carry no pid; the last one does. Rules (pure, on events in log order; "near"
+is measured in kernel time, or in lines when the log has no kernel times):
 
-- an Xid 13 or 31 joins the latest application-fault incident on the same GPU with the same pid
-  within ``same_pid_window`` seconds of kernel time, or -- when its pid or the incident's is
-  unknown -- one within ``window`` seconds (the lines of one fault come milliseconds apart; with no
-  kernel times, a few lines apart); otherwise it opens a new incident;
-- an Xid 43 (channel reset) or 45 (preemptive cleanup) is a *consequence*: of the incident its
-  ``caused by previous Xid N`` names, else of the latest incident of the same pid (43) or GPU (45)
-  within ``consequence_window``; with none, it is an incident of its own (e.g. a process killed
-  under compute-sanitizer leaves a lone Xid 43);
-- an informational Xid (154: recovery action changed) is a consequence of the latest incident on
-  its GPU; every other Xid is an incident of its own.
+- an Xid 13 or 31 looks at the application-fault incidents on its GPU, newest first, as long as
+  each is within ``same_pid_window`` (``max_gap`` lines) of its last line and has no consequence
+  yet (a torn-down fault is over). It joins the first with its own pid, or -- when its pid or the
+  incident's is unknown -- the first within ``window`` (``max_gap // 4`` lines; without kernel times
+  only if the burst rule of :func:`_same_burst` allows); otherwise it opens a new incident;
+- an Xid 43 (channel reset), 45 (preemptive cleanup) or an informational Xid (154) is a
+  *consequence* of the newest incident on its GPU within ``consequence_window`` (``4 * max_gap``
+  lines) that holds the Xid its ``caused by previous Xid N`` names; else, for a 43 with a pid, that
+  has this pid (or no pid, and is not itself a lone 43/45); else that is not a lone 43/45. With
+  none, it is an incident of its own (a process killed under compute-sanitizer leaves a lone 43);
+- every other Xid is an incident of its own.
+
+Linear time. Each event is placed with a few dictionary and deque operations, not a scan of the
+incidents so far: per GPU, the 13/31 search keeps the newest rank it can no longer reach past (an
+incident with a consequence, or one gone stale; staleness is read off a queue of last touches in
+time order), the newest incident per pid, and the recent touches for the ``window`` rule; the
+consequence search keeps rank-ordered lists per Xid, per pid and of incidents that are not lone
+43/45s, dropping from their ends what has gone stale for good. This relies on time moving forward,
+so it is made to: a kernel time behind the newest one seen is read as that newest time, unless it
+is more than ``EPOCH_BACKSTEP`` behind (a reboot, a second log) -- then, as when the log switches
+between lines with and without kernel times, a new *epoch* starts and no incident spans it.
+On logs whose times only move forward this gives exactly the grouping of the literal scan
+(tests/test_kernlog_incident.py compares the two on generated logs).
 """
 
 from __future__ import annotations
 
+import bisect
+import collections
 import dataclasses
+import functools
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from faulthunt.kernlog.catalog import classify
-from faulthunt.kernlog.parse import normalize_pci
+from faulthunt.kernlog.pci import normalize_pci
 from faulthunt.records.xid import XidEvent
 
 APP_FAULT_XIDS = frozenset({13, 31})
 CONSEQUENCE_XIDS = frozenset({43, 45})
+#: seconds: a kernel time this far behind the newest one seen starts a new epoch (module docstring)
+EPOCH_BACKSTEP = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,20 +96,16 @@ class Incident:
     @property
     def addresses(self) -> tuple[int, ...]:
         """Decoded Xid 31 page addresses (undecodable ones are never included)."""
-        out: list[int] = []
-        for e in self.events:
-            if e.mmu is not None and e.mmu.address is not None and e.mmu.address not in out:
-                out.append(e.mmu.address)
-        return tuple(out)
+        # dict.fromkeys: first-seen order without a list search per line (a storm of one process's
+        # faults can put 10k lines in one incident)
+        return tuple(dict.fromkeys(e.mmu.address for e in self.events
+                                   if e.mmu is not None and e.mmu.address is not None))
 
     @property
     def errors(self) -> tuple[str, ...]:
         """SM warp errors of the Xid 13 lines (``Misaligned Address``, ``Out Of Range Address``...)."""
-        out: list[str] = []
-        for e in self.events:
-            if e.gr is not None and e.gr.kind in ("warp", "global") and e.gr.error and e.gr.error not in out:
-                out.append(e.gr.error)
-        return tuple(out)
+        return tuple(dict.fromkeys(e.gr.error for e in self.events
+                                   if e.gr is not None and e.gr.kind in ("warp", "global") and e.gr.error))
 
     @property
     def t0(self) -> float | None:
@@ -102,15 +118,17 @@ class Incident:
             who += f" ({self.process})"
         what = classify(self.root.xid).title
         bits = [f"Xid {'/'.join(str(x) for x in self.xids)} on {self.pci or '?'}, {who}: {what}"]
-        if self.addresses:
-            bits.append("page " + ", ".join(f"0x{a:x}" for a in self.addresses))
-        undecodable = [e.mmu for e in self.events if e.mmu is not None and not e.mmu.decodable]
+        addresses = self.addresses
+        if addresses:
+            bits.append("page " + _some([f"0x{a:x}" for a in addresses], ", "))
+        undecodable = sum(1 for e in self.events if e.mmu is not None and not e.mmu.decodable)
         if undecodable:
-            bits.append(f"{len(undecodable)} undecodable MMU fault(s), not a user address")
-        if self.errors:
-            bits.append("; ".join(self.errors))
+            bits.append(f"{undecodable} undecodable MMU fault(s), not a user address")
+        errors = self.errors
+        if errors:
+            bits.append(_some(list(errors), "; "))
         if self.consequences:
-            bits.append("then " + ", ".join(f"Xid {e.xid}" for e in self.consequences))
+            bits.append("then " + _some([f"Xid {e.xid}" for e in self.consequences], ", "))
         return " - ".join(bits)
 
     def to_json(self) -> dict[str, Any]:
@@ -131,27 +149,34 @@ class Incident:
         }
 
 
-@dataclasses.dataclass
+#: items of a list a one-line description names before saying how many more there are
+DESCRIBE_ITEMS = 8
+
+
+def _some(items: list[str], sep: str) -> str:
+    if len(items) <= DESCRIBE_ITEMS:
+        return sep.join(items)
+    return sep.join(items[:DESCRIBE_ITEMS]) + f"{sep}... ({len(items) - DESCRIBE_ITEMS} more)"
+
+
+@dataclasses.dataclass(eq=False)
 class _Open:
+    """An incident being built: its lines, and what the searches need to know of it."""
+
+    #: its position in the output (incidents are listed in order of their first line)
+    rank: int
     events: list[XidEvent]
     consequences: list[XidEvent]
     last_index: int
+    #: kernel time of its newest line that had one (as the epoch reads it: never behind an earlier one)
     last_ts: float | None
     pid: int | None
-    pci: str | None
+    #: the Xids of ``events`` (for ``caused by previous Xid N``)
+    xids: set[int]
+    app: bool
 
     def freeze(self) -> Incident:
         return Incident(self.events[0], tuple(self.events), tuple(self.consequences))
-
-
-def _near(inc: _Open, ev: XidEvent, index: int, window: float, max_gap: int) -> bool:
-    if ev.ts is not None and inc.last_ts is not None:
-        return 0 <= ev.ts - inc.last_ts <= window
-    return index - inc.last_index <= max_gap
-
-
-def _has_times(inc: _Open, ev: XidEvent) -> bool:
-    return ev.ts is not None and inc.last_ts is not None
 
 
 def _same_burst(inc: _Open, ev: XidEvent) -> bool:
@@ -168,56 +193,271 @@ def _same_burst(inc: _Open, ev: XidEvent) -> bool:
     return last.xid == 31 and ev.gr is not None and (ev.gr.error or "").startswith("MMU Fault")
 
 
+def _by_rank(inc: _Open) -> int:
+    return inc.rank
+
+
+class _Gpu:
+    """One GPU's open incidents within an epoch, indexed for the two searches (module docstring)."""
+
+    def __init__(self, small_gap: int) -> None:
+        # -- the 13/31 search (application-fault incidents only) --
+        #: the newest rank the search cannot reach past: an incident with a consequence, or stale
+        self.broken = -1
+        #: (clock, incident) for every touch, oldest first: what goes stale next
+        self.expiry: collections.deque[tuple[float, _Open]] = collections.deque()
+        #: pid -> the newest incident with that pid
+        self.app_pid: dict[int, _Open] = {}
+        #: pid-less incidents still within ``window`` of their last line
+        self.app_nopid: list[_Open] = []
+        #: with kernel times: (time, incident) touches, ranks decreasing, so the front is the newest
+        #: incident touched within ``window``; without: the last few touches
+        self.recent: collections.deque[tuple[float, _Open]] = collections.deque()
+        self.last_touched: collections.deque[_Open] = collections.deque(maxlen=small_gap + 1)
+        # -- the consequence search (every incident), each list in rank order --
+        self.by_xid: dict[int, list[_Open]] = collections.defaultdict(list)
+        self.by_pid: dict[int, list[_Open]] = collections.defaultdict(list)
+        #: incidents that are not lone 43/45s
+        self.causes: list[_Open] = []
+        #: ... and have no pid
+        self.causes_nopid: list[_Open] = []
+
+
+def _int_or_none(value: object) -> int | None:
+    # events read back from a damaged xid.jsonl may carry any JSON type here
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _gpu_key(pci: str) -> str | None:
+    return normalize_pci(pci)
+
+
+class IncidentGrouper:
+    """Groups events fed in log order (:meth:`add`) into incidents (:meth:`incidents`), in linear time.
+
+    ``steps`` counts the incidents examined while placing events: it stays within a small multiple
+    of the number of events whatever their mix (the regression tests assert that, not a time).
+    """
+
+    def __init__(self, *, window: float = 0.5, same_pid_window: float = 5.0, consequence_window: float = 60.0,
+                 max_gap: int = 16) -> None:
+        self.window = window
+        self.same_pid_window = same_pid_window
+        self.consequence_window = consequence_window
+        self.max_gap = max_gap
+        self.steps = 0
+        #: epochs started after the first (time went back, or lines with/without kernel times switched)
+        self.epochs = 0
+        self._incs: list[_Open] = []
+        self._gpus: dict[str | None, _Gpu] = {}
+        self._timed: bool | None = None
+        self._newest = -math.inf
+        self._index = -1
+
+    def add(self, ev: XidEvent) -> None:
+        """Place one event (the next in log order)."""
+        self._index += 1
+        i = self._index
+        ts = ev.ts if isinstance(ev.ts, (int, float)) and math.isfinite(ev.ts) else None
+        if (ts is not None) is not self._timed or (ts is not None and ts < self._newest - EPOCH_BACKSTEP):
+            self._new_epoch(ts is not None)
+        if ts is not None:
+            if ts < self._newest:
+                ts = self._newest
+            self._newest = ts
+        key = _gpu_key(ev.pci) if isinstance(ev.pci, str) else None
+        gpu = self._gpus.get(key)
+        if gpu is None:
+            gpu = self._gpus[key] = _Gpu(self.max_gap // 4)
+        pid = _int_or_none(ev.pid)
+        consequence = False
+        target: _Open | None = None
+        if ev.xid in APP_FAULT_XIDS:
+            target = self._fault_target(gpu, ev, pid, ts, i)
+        elif ev.xid in CONSEQUENCE_XIDS or classify(ev.xid).category == "informational_or_recovery":
+            consequence = True
+            target = self._consequence_target(gpu, ev, pid, ts, i)
+        if target is None:
+            self._open(gpu, ev, pid, ts, i)
+        else:
+            self._join(gpu, target, ev, pid, ts, i, consequence)
+
+    def incidents(self) -> list[Incident]:
+        """The incidents so far, in order of their first line."""
+        return [inc.freeze() for inc in self._incs]
+
+    # -- epochs -----------------------------------------------------------------------------------------
+
+    def _new_epoch(self, timed: bool) -> None:
+        if self._timed is not None:
+            self.epochs += 1
+        self._timed = timed
+        self._gpus = {}
+        self._newest = -math.inf
+
+    def _clock(self, inc: _Open) -> float:
+        return inc.last_ts if self._timed else inc.last_index  # type: ignore[return-value]
+
+    # -- the 13/31 search -------------------------------------------------------------------------------
+
+    def _fault_target(self, gpu: _Gpu, ev: XidEvent, pid: int | None, ts: float | None, i: int) -> _Open | None:
+        self._expire(gpu, ts, i)
+        best: _Open | None = None
+        if pid is not None:
+            same = gpu.app_pid.get(pid)
+            if same is not None and same.rank > gpu.broken:
+                best = same
+            pidless = self._newest_pidless(gpu, ts, i)
+            if pidless is not None and (best is None or pidless.rank > best.rank):
+                best = pidless
+        elif self._timed:
+            recent = gpu.recent
+            while recent and ts - recent[0][0] > self.window:  # type: ignore[operator]
+                recent.popleft()
+                self.steps += 1
+            if recent and recent[0][1].rank > gpu.broken:
+                best = recent[0][1]
+        else:
+            for inc in gpu.last_touched:
+                self.steps += 1
+                if (inc.rank > gpu.broken and i - inc.last_index <= self.max_gap // 4 and _same_burst(inc, ev)
+                        and (best is None or inc.rank > best.rank)):
+                    best = inc
+        return best
+
+    def _expire(self, gpu: _Gpu, ts: float | None, i: int) -> None:
+        """Move ``broken`` past every incident that has gone stale by now (staleness lasts)."""
+        expiry = gpu.expiry
+        if self._timed:
+            while expiry and ts - expiry[0][0] > self.same_pid_window:  # type: ignore[operator]
+                clock, inc = expiry.popleft()
+                self.steps += 1
+                if inc.last_ts == clock and inc.rank > gpu.broken:
+                    gpu.broken = inc.rank
+        else:
+            while expiry and i - expiry[0][0] > self.max_gap:
+                clock, inc = expiry.popleft()
+                self.steps += 1
+                if inc.last_index == clock and inc.rank > gpu.broken:
+                    gpu.broken = inc.rank
+
+    def _near_small(self, inc: _Open, ts: float | None, i: int) -> bool:
+        if self._timed:
+            return ts - inc.last_ts <= self.window  # type: ignore[operator]
+        return i - inc.last_index <= self.max_gap // 4
+
+    def _newest_pidless(self, gpu: _Gpu, ts: float | None, i: int) -> _Open | None:
+        """The newest reachable pid-less incident within ``window``; drops those that can never be again."""
+        best: _Open | None = None
+        keep: list[_Open] = []
+        for inc in gpu.app_nopid:
+            self.steps += 1
+            # out of reach for good: took a pid, torn down or stale, or too far for a pid-less join
+            if inc.pid is not None or inc.rank <= gpu.broken or not self._near_small(inc, ts, i):
+                continue
+            keep.append(inc)
+            if best is None or inc.rank > best.rank:
+                best = inc
+        gpu.app_nopid = keep
+        return best
+
+    # -- the consequence search -------------------------------------------------------------------------
+
+    def _consequence_target(self, gpu: _Gpu, ev: XidEvent, pid: int | None, ts: float | None,
+                            i: int) -> _Open | None:
+        caused_by = _int_or_none(ev.caused_by)
+        if caused_by is not None:
+            return self._newest_near(gpu.by_xid.get(caused_by), ts, i)
+        if ev.xid == 43 and pid is not None:
+            same = self._newest_near(gpu.by_pid.get(pid), ts, i)
+            pidless = self._newest_near(gpu.causes_nopid, ts, i, pidless=True)
+            if same is None or (pidless is not None and pidless.rank > same.rank):
+                return pidless
+            return same
+        return self._newest_near(gpu.causes, ts, i)
+
+    def _newest_near(self, incs: list[_Open] | None, ts: float | None, i: int, pidless: bool = False) -> _Open | None:
+        """The newest incident of ``incs`` within the consequence window; drops the stale ones at its end.
+
+        Staleness lasts (time only moves forward within an epoch, and a stale incident can be joined
+        by nothing), so an incident dropped here is never wanted again.
+        """
+        while incs:
+            inc = incs[-1]
+            self.steps += 1
+            if self._timed:
+                near = ts - inc.last_ts <= self.consequence_window  # type: ignore[operator]
+            else:
+                near = i - inc.last_index <= self.max_gap * 4
+            if near and not (pidless and inc.pid is not None):
+                return inc
+            incs.pop()
+        return None
+
+    # -- placing ----------------------------------------------------------------------------------------
+
+    def _open(self, gpu: _Gpu, ev: XidEvent, pid: int | None, ts: float | None, i: int) -> None:
+        app = ev.xid in APP_FAULT_XIDS
+        inc = _Open(len(self._incs), [ev], [], i, ts, pid, {ev.xid}, app)
+        self._incs.append(inc)
+        gpu.by_xid[ev.xid].append(inc)
+        if pid is not None:
+            gpu.by_pid[pid].append(inc)
+        if ev.xid not in CONSEQUENCE_XIDS:
+            gpu.causes.append(inc)
+            if pid is None:
+                gpu.causes_nopid.append(inc)
+        if app:
+            if pid is None:
+                gpu.app_nopid.append(inc)
+            else:
+                gpu.app_pid[pid] = inc
+            self._touched(gpu, inc)
+
+    def _join(self, gpu: _Gpu, inc: _Open, ev: XidEvent, pid: int | None, ts: float | None, i: int,
+              consequence: bool) -> None:
+        inc.last_index = i
+        if ts is not None:
+            inc.last_ts = ts
+        if consequence:
+            inc.consequences.append(ev)
+            if inc.app and inc.rank > gpu.broken:
+                gpu.broken = inc.rank  # a torn-down fault takes no more lines
+        else:
+            inc.events.append(ev)
+            if ev.xid not in inc.xids:
+                inc.xids.add(ev.xid)
+                bisect.insort(gpu.by_xid[ev.xid], inc, key=_by_rank)
+            if inc.pid is None and pid is not None:
+                inc.pid = pid
+                newest = gpu.app_pid.get(pid)
+                if newest is None or newest.rank < inc.rank:
+                    gpu.app_pid[pid] = inc
+                bisect.insort(gpu.by_pid[pid], inc, key=_by_rank)
+        if inc.app:
+            self._touched(gpu, inc)
+
+    def _touched(self, gpu: _Gpu, inc: _Open) -> None:
+        clock = self._clock(inc)
+        gpu.expiry.append((clock, inc))
+        if self._timed:
+            recent = gpu.recent
+            while recent and recent[-1][1].rank <= inc.rank:  # a newer touch of a newer incident outranks it
+                recent.pop()
+            recent.append((clock, inc))
+        else:
+            gpu.last_touched.append(inc)
+
+
 def group_incidents(events: Iterable[XidEvent], *, window: float = 0.5, same_pid_window: float = 5.0,
                     consequence_window: float = 60.0, max_gap: int = 16) -> list[Incident]:
     """Group events (in log order) into incidents, in order of their first line (rules: module docstring)."""
-    incidents: list[_Open] = []
-    for i, ev in enumerate(events):
-        pci = normalize_pci(ev.pci)
-        target: _Open | None = None
-        as_consequence = False
-        if ev.xid in APP_FAULT_XIDS:
-            for inc in reversed(incidents):
-                if inc.pci != pci or inc.events[0].xid not in APP_FAULT_XIDS:
-                    continue
-                if not _near(inc, ev, i, same_pid_window, max_gap):
-                    break
-                if inc.consequences:
-                    break  # the fault was already torn down: a new fault starts a new incident
-                same_pid = ev.pid is not None and inc.pid == ev.pid
-                # lines of one fault come milliseconds apart; a line without a pid only joins
-                # what is that close (0.8 s apart on the H200 were two different processes)
-                if same_pid or ((ev.pid is None or inc.pid is None) and _near(inc, ev, i, window, max_gap // 4)
-                                and (_has_times(inc, ev) or _same_burst(inc, ev))):
-                    target = inc
-                    break
-        elif ev.xid in CONSEQUENCE_XIDS or classify(ev.xid).category == "informational_or_recovery":
-            as_consequence = True
-            for inc in reversed(incidents):
-                if inc.pci != pci or not _near(inc, ev, i, consequence_window, max_gap * 4):
-                    continue
-                if ev.caused_by is not None:
-                    if any(e.xid == ev.caused_by for e in inc.events):
-                        target = inc
-                        break
-                    continue
-                if ev.xid == 43 and ev.pid is not None and inc.pid is not None:
-                    if inc.pid == ev.pid:
-                        target = inc
-                        break
-                    continue
-                if inc.events[0].xid not in CONSEQUENCE_XIDS:
-                    target = inc
-                    break
-        if target is None:
-            incidents.append(_Open([ev], [], i, ev.ts, ev.pid, pci))
-            continue
-        (target.consequences if as_consequence else target.events).append(ev)
-        target.last_index = i
-        target.last_ts = ev.ts if ev.ts is not None else target.last_ts
-        if target.pid is None and ev.pid is not None and not as_consequence:
-            target.pid = ev.pid
-    return [inc.freeze() for inc in incidents]
+    grouper = IncidentGrouper(window=window, same_pid_window=same_pid_window, consequence_window=consequence_window,
+                              max_gap=max_gap)
+    for ev in events:
+        grouper.add(ev)
+    return grouper.incidents()
 
 
 def summarize_incidents(incidents: Sequence[Incident]) -> dict[str, Any]:

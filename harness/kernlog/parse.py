@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import mmap
 import re
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from faulthunt.kernlog.catalog import classify
 from faulthunt.records.xid import GrException, MmuFault, XidEvent
 
+if TYPE_CHECKING:
+    import mmap
+
 MARKER = "NVRM: Xid"
-_MARKER_B = MARKER.encode()
+MARKER_B = MARKER.encode()
 
 #: Widest GPU virtual address of any NVIDIA MMU (Hopper and later: 57 bits). A decoded Xid 31
 #: address at or above this cannot be a user VA.
@@ -255,15 +258,12 @@ def _mmu(engine: str, gpc: int | None, client: str | None, hi_s: str, lo_s: str,
         reason = f"address 0x{address:x} is not 4 KiB aligned"
     elif client is None:
         reason = "no client named"
-    # Same object MmuFault(...) would build (frozen, every field set) without the frozen
-    # dataclass's per-field object.__setattr__; test_kernlog_fastpath compares the two.
-    mf = _new_event(MmuFault)
-    _set(mf, "__dict__", {
-        "address": None if reason else address, "engine": engine, "gpc": gpc, "client": client,
-        "fault_type": ftype, "access_type": atype, "decodable": reason is None,
-        "address_text": f"0x{hi_s}_{lo_s}", "reason": reason,
-    })
-    return mf
+    # by position, in MmuFault's declared order (MMU_FIELDS; tested like EVENT_FIELDS)
+    return MmuFault(None if reason else address, engine, gpc, client, ftype, atype, reason is None, f"0x{hi_s}_{lo_s}",
+                    reason)
+
+
+MMU_FIELDS = ("address", "engine", "gpc", "client", "fault_type", "access_type", "decodable", "address_text", "reason")
 
 
 _ADDR_RE = re.compile(r"0x([0-9A-Fa-f]{1,16})_([0-9A-Fa-f]{1,16})(?![0-9A-Za-z_])")
@@ -308,13 +308,13 @@ def _parse_dev(dev: str) -> tuple[str | None, int | None, int | None]:
 
 
 #: The container-independent part of an Xid line, cached (real logs repeat bodies verbatim):
-#: (xid, pci, gpu_instance, compute_instance, pid, process, message, category, mmu, caused_by, channel, gr).
-#: A plain tuple, not a dataclass: it is built once per Xid line and the bench row measures that.
-_Body = tuple
+#: (xid, pci, gpu_instance, compute_instance, pid, process, message, category, mmu, caused_by, channel, gr),
+#: what :func:`_event` takes. A plain tuple: it is built once per Xid line.
+_Body = tuple  # type: ignore[type-arg]
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_body(report: str, general: bool = False) -> tuple | None:
+def _parse_body(report: str, general: bool = False) -> _Body | None:
     """Parse ``NVRM: Xid (...): N[, ...]`` (the text from the marker to the end of the line)."""
     m = _HEAD_RE.match(report)
     if m is None:
@@ -394,7 +394,7 @@ def _decode_message_general(message: str) -> tuple[MmuFault | None, GrException 
 # One compiled match for a whole modern line in a plain dmesg, /dev/kmsg or bare container:
 #   [   35.371957] NVRM: Xid (PCI:0000:00:06): 31, pid=508, name=python3, channel 0x0000000a, ...
 #   4,362,35371957,c;NVRM: Xid (PCI:0000:00:06): 13, pid='<unknown>', name=<unknown>, Graphics ...
-# It is a strict sub-case of the general path (_parse_at): whatever it matches, the general path
+# It is a strict sub-case of the general path (_parse_general): whatever it matches, the general path
 # reads to the same event (tests/test_kernlog_fastpath.py checks this on every fixture, the H200
 # captures and hypothesis-generated lines); whatever it does not match (other containers, MIG,
 # pid without "pid=" digits, a name holding ", ", odd spacing) goes the general way. The
@@ -411,59 +411,39 @@ _FAST_RE = re.compile(
 )
 _fast_match = _FAST_RE.match
 _UNKNOWN_NAMES = frozenset(("", "<unknown>", "'<unknown>'"))
+#: Xid number -> catalog category, filled as numbers are met (a dict lookup is cheaper than a call
+#: of the cached classify() on every line)
+_CATEGORY: dict[int, str] = {}
+#: Process names and PCI addresses repeat on every line of a GPU's log: keep one copy of each.
+_intern = sys.intern
 
 
-def _fast_event(m: re.Match[str], line: str) -> XidEvent:
-    """The XidEvent of a line :data:`_FAST_RE` matched (same fields as :func:`_parse_at` gives)."""
-    ts, pri, seq, us, pci, xid_s, pid, name, msg, ch, engine, gpc, client, hi, lo, ft, at, other = m.groups()
-    if name is not None:
-        name = name.strip()
-        name = None if name in _UNKNOWN_NAMES else _intern(name)
-    xid = int(xid_s)
-    mmu: MmuFault | None
-    gr: GrException | None
-    caused_by: int | None
-    channel: int | None
-    if msg is not None:
-        # what _decode_message(msg) gives for this shape, without a second match or a cache lookup
-        mmu = _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at)
-        gr = caused_by = None
-        channel = int(ch, 16)
-    else:
-        msg = other.rstrip()
-        mmu, gr, caused_by, channel = _decode_message(msg)
+def _category(xid: int) -> str:
     category = _CATEGORY.get(xid)
     if category is None:
         category = _CATEGORY.setdefault(xid, classify(xid).category)
-    sequence: int | None = None
-    level: int | None = None
-    if ts is not None:
-        t: float | None = float(ts)
-    elif pri is not None:
-        level = int(pri) & 7
-        sequence = int(seq)
-        t = int(us) / 1e6
-    else:
-        t = None
-    ev = _new_event(XidEvent)
-    # one dict literal installed as the instance dict (the frozen class refuses ev.__dict__ = ...)
-    _set(ev, "__dict__", {
-        "xid": xid, "pci": _intern(pci), "gpu_instance": None, "compute_instance": None,
-        "pid": None if pid is None else int(pid), "process": name, "message": msg, "category": category,
-        "mmu": mmu, "caused_by": caused_by, "raw": line.rstrip("\r\n"), "seq": sequence, "ts": t, "wall": None,
-        "channel": channel, "gr": gr, "level": level,
-    })
-    return ev
+    return category
 
 
-_set = object.__setattr__
-#: Xid number -> catalog category, filled as numbers are met (classify() is cached too, but a dict
-#: lookup is cheaper than its call on every line)
-_CATEGORY: dict[int, str] = {}
+# --- the one way an XidEvent is made -------------------------------------------------------------------
+
+#: XidEvent's fields in their declared order: :func:`_event` passes them by position, which costs a
+#: third less than by name on every line (tests/test_kernlog_parse.py fails if the record's order
+#: changes without this).
+EVENT_FIELDS = ("xid", "pci", "gpu_instance", "compute_instance", "pid", "process", "message", "category", "mmu",
+                "caused_by", "raw", "seq", "ts", "wall", "channel", "gr", "level")
 
 
-#: Process names and PCI addresses repeat on every line of a GPU's log: keep one copy of each.
-_intern = sys.intern
+def _event(body: _Body, raw: str, seq: int | None, ts: float | None, wall: str | None,
+           level: int | None) -> XidEvent:
+    """The :class:`XidEvent` of one line: what its body and its container said.
+
+    Every event the parser returns is built here, through the record's own constructor, whichever
+    way its fields were read (the fast pre-filter or the general grammar): a new field is added here.
+    """
+    xid, pci, gi, ci, pid, process, message, category, mmu, caused_by, channel, gr = body
+    return XidEvent(xid, pci, gi, ci, pid, process, message, category, mmu, caused_by, raw, seq, ts, wall, channel, gr,
+                    level)
 
 
 def parse_line(line: str) -> XidEvent | None:
@@ -473,54 +453,100 @@ def parse_line(line: str) -> XidEvent | None:
     ``ts``/``wall``), and a line cut before its Xid number gives None.
     """
     m = _fast_match(line)
-    if m is not None:
-        return _fast_event(m, line)
+    if m is None:
+        return _parse_general(line, cached=True)
+    # The fast pre-filter read the whole line in one match; these are the fields the general
+    # grammar would read from it (tests/test_kernlog_fastpath.py holds the two equal).
+    ts, pri, seq, us, pci, xid_s, pid, name, mmu_text, ch, engine, gpc, client, hi, lo, ft, at, other = m.groups()
+    if name is not None:
+        name = name.strip()
+        name = None if name in _UNKNOWN_NAMES else _intern(name)
+    xid = int(xid_s)
+    if mmu_text is not None:
+        message = mmu_text
+        mmu: MmuFault | None = _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at)
+        gr: GrException | None = None
+        caused_by: int | None = None
+        channel: int | None = int(ch, 16)
+    else:
+        message = other.rstrip()
+        mmu, gr, caused_by, channel = _decode_message(message)
+    category = _CATEGORY.get(xid) or _category(xid)
+    body = (xid, _intern(pci), None, None, None if pid is None else int(pid), name, message, category, mmu,
+            caused_by, channel, gr)
+    if ts is not None:
+        return _event(body, line.rstrip("\r\n"), None, float(ts), None, None)
+    if pri is not None:
+        return _event(body, line.rstrip("\r\n"), int(seq), int(us) / 1e6, None, int(pri) & 7)
+    return _event(body, line.rstrip("\r\n"), None, None, None, None)
+
+
+def _parse_general(line: str, cached: bool) -> XidEvent | None:
+    """:func:`parse_line` by the general grammar (container peeling, body grammar, message decoders)."""
     i = line.find(MARKER)
     if i < 0:
         return None
-    return _parse_at(line, i)
+    line = line.rstrip("\r\n")
+    report = line[i:].rstrip()
+    body = _parse_body(report) if cached else _parse_body.__wrapped__(report, general=True)
+    if body is None:
+        return None
+    cont = parse_container(line[:i]) if i else _EMPTY
+    return _event(body, line, cont.seq, cont.ts, cont.wall, cont.level)
 
 
 def _parse_line_general(line: str) -> XidEvent | None:
-    """:func:`parse_line` without either fast path: the reference tests compare the fast path with."""
-    i = line.find(MARKER)
-    if i < 0:
-        return None
-    line = line.rstrip("\r\n")
-    body = _parse_body.__wrapped__(line[i:].rstrip(), general=True)
-    if body is None:
-        return None
-    cont = parse_container(line[:i]) if i else _EMPTY
-    xid, pci, gi, ci, pid, process, message, category, mmu, caused_by, channel, gr = body
-    return XidEvent(
-        xid=xid, pci=pci, gpu_instance=gi, compute_instance=ci, pid=pid, process=process, message=message,
-        category=category, mmu=mmu, caused_by=caused_by, raw=line, seq=cont.seq, ts=cont.ts, wall=cont.wall,
-        channel=channel, gr=gr, level=cont.level,
-    )
+    """:func:`parse_line` without the fast pre-filter, the fast MMU match or caches: the reference
+    tests/test_kernlog_fastpath.py compares the fast path with."""
+    return _parse_general(line, cached=False)
 
 
-def _parse_at(line: str, i: int) -> XidEvent | None:
-    line = line.rstrip("\r\n")
-    body = _parse_body(line[i:].rstrip())
-    if body is None:
-        return None
-    cont = parse_container(line[:i]) if i else _EMPTY
-    xid, pci, gi, ci, pid, process, message, category, mmu, caused_by, channel, gr = body
-    # Equivalent to XidEvent(**fields) -- every field set, still frozen (its __setattr__ refuses) --
-    # without the 17 object.__setattr__ calls of a frozen dataclass's __init__, which were a tenth
-    # of the per-line cost in the bench row. test_fast_event_construction_matches_the_dataclass
-    # checks it against a normally constructed event.
-    ev = _new_event(XidEvent)
-    ev.__dict__.update(
-        xid=xid, pci=pci, gpu_instance=gi, compute_instance=ci, pid=pid, process=process, message=message,
-        category=category, mmu=mmu, caused_by=caused_by, raw=line, seq=cont.seq, ts=cont.ts, wall=cont.wall,
-        channel=channel, gr=gr, level=cont.level,
-    )
-    return ev
-
-
-_new_event = object.__new__
 _EMPTY = Container()
+
+
+# --- finding the lines -----------------------------------------------------------------------------------
+# A report line is at most about 1 KiB (printk) or 8 KiB (a /dev/kmsg record with its dictionary).
+# A candidate line is cut to MAX_SIDE characters either side of its marker, so a file with no
+# newline (a sparse file, a binary dump) never becomes one giant line in memory, and a streamed
+# scan (kernlog.stream) holds at most a chunk and one such line whatever the input.
+MAX_SIDE = 16384
+
+
+def find_lines(buf, pos: int, end: int, final: bool, marker, nl) -> tuple[list, int, bool]:  # type: ignore[no-untyped-def]
+    """The candidate lines of ``buf[pos:end]`` (each line holding ``marker``, cut to MAX_SIDE each side).
+
+    Works on ``str`` and on ``bytes``/``bytearray``/``mmap`` alike (``marker``/``nl`` of the same
+    kind). ``buf[:pos]`` is the text before (for the line start of a first marker); with ``final``
+    False more text may follow ``end``, and a line not yet ended there is left for the next call.
+    Returns the lines, the offset from which the caller must keep the text for the next call, and
+    whether that next call starts inside an over-long line (skip to its newline first).
+    """
+    out: list = []  # type: ignore[type-arg]
+    find, rfind = buf.find, buf.rfind
+    mlen = len(marker)
+    while True:
+        i = find(marker, pos, end)
+        if i < 0:
+            # keep what a marker straddling `end` needs: its own start and MAX_SIDE before it
+            keep = max(pos, end - mlen + 1 - MAX_SIDE)
+            return out, max(keep, rfind(nl, keep, end) + 1), False
+        start = max(rfind(nl, max(0, i - MAX_SIDE), i) + 1, i - MAX_SIDE)
+        cap = i + MAX_SIDE
+        stop = find(nl, i, min(cap, end))
+        if stop < 0:
+            if cap <= end:  # over-long: cut here, then skip to the line's real end
+                out.append(buf[start:cap])
+                stop = find(nl, cap, end)
+                if stop < 0:
+                    return out, end, not final
+            elif final:
+                out.append(buf[start:end])
+                return out, end, False
+            else:
+                return out, start, False
+        else:
+            out.append(buf[start:stop])
+        pos = stop + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -532,28 +558,10 @@ class ScanResult:
     unparsed: tuple[str, ...]
 
 
-def _candidate_lines(text: str) -> Iterable[str]:
-    """Every line of ``text`` that contains the marker, in order, each once.
-
-    The search runs over the whole buffer with ``str.find`` (C speed); only the few lines that
-    contain the marker are sliced out, so the cost is one pass plus the Xid lines themselves.
-    """
-    find, rfind = text.find, text.rfind
-    i = find(MARKER)
-    while i >= 0:
-        start = rfind("\n", 0, i) + 1
-        end = find("\n", i)
-        if end < 0:
-            end = len(text)
-        yield text[start:end]
-        i = find(MARKER, end)
-
-
-def scan_text(text: str) -> ScanResult:
-    """Parse every Xid line of ``text`` (any mix of containers), in input order."""
+def _result(lines: Iterable[str]) -> ScanResult:
     events: list[XidEvent] = []
     unparsed: list[str] = []
-    for line in _candidate_lines(text):
+    for line in lines:
         ev = parse_line(line)
         if ev is None:
             unparsed.append(line.rstrip("\r"))
@@ -562,60 +570,41 @@ def scan_text(text: str) -> ScanResult:
     return ScanResult(tuple(events), tuple(unparsed))
 
 
+def scan_text(text: str) -> ScanResult:
+    """Parse every Xid line of ``text`` (any mix of containers), in input order.
+
+    The search runs over the whole text with ``str.find`` (C speed); only the lines holding the
+    marker are sliced out, so the cost is one pass plus the Xid lines themselves.
+    """
+    return _result(find_lines(text, 0, len(text), True, MARKER, "\n")[0])
+
+
 def parse_text(text: str) -> list[XidEvent]:
     """Every Xid event of ``text``, in input order (lines that do not parse are left out; see :func:`scan_text`)."""
     return list(scan_text(text).events)
 
 
-def scan_bytes(data: bytes | mmap.mmap) -> ScanResult:
+def _decoded(raw: list) -> list[str]:  # type: ignore[type-arg]
+    return [b.decode("utf-8", "replace") for b in raw]
+
+
+def scan_bytes(data: bytes | bytearray | mmap.mmap) -> ScanResult:
     """:func:`scan_text` for raw bytes (a file, ``dmesg`` output) without decoding the whole buffer.
 
     Candidate lines are found on the bytes and only those are decoded (UTF-8, undecodable bytes
-    replaced), so binary junk elsewhere in the log costs nothing and never raises. ``data`` may be
-    an ``mmap`` of a file (the caller maps it): then the file is never copied into memory at all.
+    replaced), so binary junk elsewhere in the log costs nothing and never raises.
     """
-    events: list[XidEvent] = []
-    unparsed: list[str] = []
-    find, rfind = data.find, data.rfind
-    fast, fast_event = _fast_match, _fast_event
-    i = find(_MARKER_B)
-    while i >= 0:
-        start = rfind(b"\n", 0, i) + 1
-        end = find(b"\n", i)
-        if end < 0:
-            end = len(data)
-        line = data[start:end].decode("utf-8", "replace")
-        m = fast(line)
-        if m is not None:
-            events.append(fast_event(m, line))
-            i = find(_MARKER_B, end)
-            continue
-        # the marker's character offset equals its byte offset when the prefix is ASCII (nearly always)
-        j = i - start
-        ev = _parse_at(line, j) if line.startswith(MARKER, j) else parse_line(line)
-        if ev is None:
-            unparsed.append(line.rstrip("\r"))
-        else:
-            events.append(ev)
-        i = find(_MARKER_B, end)
-    return ScanResult(tuple(events), tuple(unparsed))
+    return _result(_decoded(find_lines(data, 0, len(data), True, MARKER_B, b"\n")[0]))
 
 
-# `NVRM: GPU at PCI:0000:00:06: GPU-f443d679-49ad-ee2e-df61-53505888c8f0` (once per GPU per driver load)
-_UUID_RE = re.compile(r"NVRM: GPU at PCI:([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?): (GPU-[0-9A-Fa-f-]{8,64})")
+# --- the driver's GPU UUID lines and PCI spellings: one implementation, in kernlog.pci ------------------
 
 
-def parse_gpu_uuids(text: str) -> dict[str, str]:
-    """PCI address -> GPU UUID, from the driver's once-per-load ``NVRM: GPU at PCI:...: GPU-...`` lines."""
-    return {m.group(1): m.group(2) for m in _UUID_RE.finditer(text)}
+def __getattr__(name: str) -> object:
+    # normalize_pci / parse_gpu_uuids are importable from here too (kernlog.pci is the one
+    # implementation), imported when first asked for: the parser itself does not need them
+    if name in ("normalize_pci", "parse_gpu_uuids"):
+        from faulthunt.kernlog import pci
 
-
-def normalize_pci(pci: str | None) -> str | None:
-    """``0000:00:06``, ``00000000:00:06.0`` (nvidia-smi) and ``0000:00:06.0`` all become ``0000:00:06``."""
-    if not pci:
-        return None
-    m = _DEV_PCI_RE.search(pci)
-    if m is None:
-        return pci.lower()
-    dom, bus, dev = m.group(1).split(".")[0].split(":")
-    return f"{int(dom, 16):04x}:{bus.lower()}:{dev.lower()}"
+        return getattr(pci, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,8 +26,10 @@ back and how to fix it. :class:`Follower` follows any source live in a daemon th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
+import math
 import os
 import re
 import shutil
@@ -39,8 +41,10 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from faulthunt.errors import FaulthuntError
+from faulthunt.kernlog import SPECS as _SPECS
 from faulthunt.kernlog.catalog import classify
-from faulthunt.kernlog.parse import MARKER, normalize_pci, parse_line, scan_text
+from faulthunt.kernlog.parse import MARKER, parse_line, scan_text
+from faulthunt.kernlog.pci import normalize_pci
 from faulthunt.records.xid import XidEvent
 
 KMSG_PATH = "/dev/kmsg"
@@ -93,7 +97,11 @@ class Cursor:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Cursor:
-        """Read a :meth:`to_json` dict; raises :class:`FaulthuntError` (with the fix) on a bad one."""
+        """Read a :meth:`to_json` dict; raises :class:`FaulthuntError` (with the fix) on a bad one.
+
+        Every field is checked for its type and range (a cursor file may be hand-edited, cut short
+        or another file altogether), so a bad cursor is a message, never a traceback later.
+        """
         if not isinstance(d, Mapping) or not isinstance(d.get("source"), str):
             raise FaulthuntError(
                 f"not a kernel-log cursor: {str(d)[:120]!r}",
@@ -102,17 +110,25 @@ class Cursor:
             )
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
-        try:
-            for k in ("seq", "offset", "inode", "count", "lines"):
-                if kw.get(k) is not None:
-                    kw[k] = int(kw[k])
-            for k in ("ts", "taken"):
-                if kw.get(k) is not None:
-                    kw[k] = float(kw[k])
-        except (TypeError, ValueError) as exc:
-            raise FaulthuntError(f"bad kernel-log cursor {dict(d)!r}: {exc}",
-                                 fix="take a new one with `faulthunt xid cursor`") from None
+        for k in ("seq", "offset", "inode", "count", "lines"):
+            v = kw.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise _bad_cursor(f"{k!r} must be a whole number >= 0, not {str(v)[:40]!r}")
+        for k in ("ts", "taken"):
+            v = kw.get(k)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise _bad_cursor(f"{k!r} must be a number, not {str(v)[:40]!r}")
+                kw[k] = float(v)
+        for k in ("source", "path", "journal", "boot_id"):
+            v = kw.get(k)
+            if v is not None and (not isinstance(v, str) or "\0" in v):
+                raise _bad_cursor(f"{k!r} must be text, not {str(v)[:40]!r}")
         return cls(**kw)
+
+
+def _bad_cursor(why: str) -> FaulthuntError:
+    return FaulthuntError(f"bad kernel-log cursor: {why}", fix="take a new one with `faulthunt xid cursor`")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +186,7 @@ class KernelLogSource(Protocol):
 
 def _boot_id() -> str | None:
     try:
-        return Path(_BOOT_ID).read_text().strip() or None
+        return Path(_BOOT_ID).read_text(errors="replace").strip() or None
     except OSError:
         return None
 
@@ -242,7 +258,7 @@ def _kmsg_error(exc: OSError, path: str) -> KernelLogUnreadable:
     if exc.errno in (errno.EPERM, errno.EACCES):
         restrict = ""
         try:
-            restrict = Path("/proc/sys/kernel/dmesg_restrict").read_text().strip()
+            restrict = Path("/proc/sys/kernel/dmesg_restrict").read_text(errors="replace").strip()
         except OSError:
             pass
         why = " (kernel.dmesg_restrict=1 and this process lacks CAP_SYSLOG)" if restrict == "1" else ""
@@ -347,12 +363,12 @@ class KmsgSource:
         for r in kept:
             if MARKER not in r.message:
                 continue
-            ev = parse_line(r.message)
+            # the record's own line: its header gives the event's seq, time and level
+            ev = parse_line(r.line)
             if ev is None:
                 unparsed.append(r.line)
             else:
-                # the record header knows seq and time; the raw line keeps the whole record line
-                events.append(ev.replace(seq=r.seq, ts=r.ts_usec / 1e6, level=r.level, raw=r.line))
+                events.append(ev)
         nxt = Cursor(source=self.name, seq=expected, boot_id=boot, path=self.path, taken=time.time())
         res = _result(self.name, lines, nxt, lost, warnings=warnings, events=events)
         return dataclasses.replace(res, unparsed=tuple(unparsed))
@@ -369,7 +385,7 @@ class KmsgSource:
     def __del__(self) -> None:  # a source dropped without close() must not leak its descriptor
         try:
             self.close()
-        except Exception:
+        except Exception:  # at interpreter exit os may already be torn down: nothing left to close with
             pass
 
 
@@ -590,24 +606,20 @@ class NvmlSource:
     name = "nvml"
 
     def __init__(self, nvml: Any = None, *, poll_ms: int = 200) -> None:
-        if nvml is None:
-            try:
-                import pynvml  # nvidia-ml-py
-            except ImportError:
-                raise KernelLogUnreadable("NVML is not available: the nvidia-ml-py package is missing",
-                                          fix="pip install nvidia-ml-py") from None
-            nvml = pynvml
+        from faulthunt import nvml as nvml_session
+
+        # the session lives as long as the source: close() (or a failed start) ends it
+        self._session = contextlib.ExitStack()
+        try:
+            nvml = self._session.enter_context(nvml_session.session(nvml))
+        except nvml_session.NvmlUnavailable as exc:
+            raise KernelLogUnreadable(exc.message, fix=f"{exc.fix}, or use another --xid-source") from None
         self._n = nvml
         self._poll_ms = poll_ms
         self._events: list[XidEvent] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.errors: list[str] = []
-        try:
-            nvml.nvmlInit()
-        except Exception as exc:
-            raise KernelLogUnreadable(f"NVML cannot start: {exc}",
-                                      fix="install the NVIDIA driver (NVML comes with it), or use another --xid-source") from None
         try:
             self._set = nvml.nvmlEventSetCreate()
             self._pci: dict[int, str | None] = {}
@@ -617,7 +629,7 @@ class NvmlSource:
                 h = nvml.nvmlDeviceGetHandleByIndex(i)
                 try:
                     sup = nvml.nvmlDeviceGetSupportedEventTypes(h)
-                except Exception:
+                except Exception:  # NVMLError_NotSupported on old drivers: try to register anyway
                     sup = nvml.nvmlEventTypeXidCriticalError
                 if not sup & nvml.nvmlEventTypeXidCriticalError:
                     self.errors.append(f"GPU {i} does not report Xid events through NVML")
@@ -630,7 +642,7 @@ class NvmlSource:
         except KernelLogUnreadable:
             self._shutdown()
             raise
-        except Exception as exc:
+        except Exception as exc:  # any NVMLError while registering: this source cannot work here
             self._shutdown()
             raise KernelLogUnreadable(f"NVML event registration failed: {exc}",
                                       fix="use a kernel-log source (--xid-source kmsg/dmesg) as root") from None
@@ -640,14 +652,14 @@ class NvmlSource:
     def _device_index(self, handle: Any) -> int | None:
         try:
             return int(self._n.nvmlDeviceGetIndex(handle))
-        except Exception:
+        except Exception:  # an NVMLError for a GPU that fell off the bus: the event still counts
             return None
 
     def _pci_of(self, handle: Any) -> str | None:
         try:
             info = self._n.nvmlDeviceGetPciInfo(handle)
             bus = info.busId.decode() if isinstance(info.busId, bytes) else str(info.busId)
-        except Exception:
+        except Exception:  # as above: an event whose GPU cannot be asked keeps no PCI address
             return None
         return normalize_pci(bus)
 
@@ -656,7 +668,7 @@ class NvmlSource:
         while not self._stop.is_set():
             try:
                 data = n.nvmlEventSetWait(self._set, self._poll_ms)
-            except Exception as exc:
+            except Exception as exc:  # NVMLError_Timeout (nothing happened) or a real failure, told apart below
                 if type(exc).__name__.endswith("Timeout") or getattr(exc, "value", None) == 10:
                     continue
                 self.errors.append(f"NVML event wait failed: {exc}")
@@ -702,12 +714,10 @@ class NvmlSource:
         try:
             if getattr(self, "_set", None) is not None:
                 self._n.nvmlEventSetFree(self._set)
-        except Exception:
+        except Exception:  # freeing on the way out: NVML may already be gone with the driver
             pass
-        try:
-            self._n.nvmlShutdown()
-        except Exception:
-            pass
+        self._set = None
+        self._session.close()
 
     def close(self) -> None:
         self._stop.set()
@@ -736,7 +746,7 @@ class NullSource:
 
 # --- choosing a source ----------------------------------------------------------------------------------
 
-SPECS = ("auto", "kmsg", "dmesg", "journalctl", "nvml", "file:PATH", "none")
+SPECS = _SPECS  # defined with the package, so the CLI can name them without importing this module
 
 
 def _probe(source: KernelLogSource) -> KernelLogSource:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU validation of the kernel-log capability (engineer K). Runs from the repo root on the H200 as root,
+# GPU validation of the kernel-log capability. Runs from the repo root on the H200 as root,
 # project installed; writes everything under "$OUT/kernlog/"; ends by itself in well under 3 minutes.
 # Checks (each prints PASS/FAIL to checks.txt):
 #   1. kmsg cursor + `faulthunt xid since`: a planted wild write (scripts/gpu/capture/faults.cu) gives exactly one

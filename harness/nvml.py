@@ -1,0 +1,67 @@
+"""One NVML session helper: import pynvml, ``nvmlInit``, hand the module over, ``nvmlShutdown``.
+
+Every NVML user in faulthunt (doctor's GPU list and HMM mode, the stress runner's GPU count, the
+kernels' backend choice, the NVML Xid source) goes through :func:`session`, so the rules live in
+one place: NVML is optional (a CPU-only machine has no driver; ``nvidia-ml-py`` may be absent),
+so failing to start is :class:`NvmlUnavailable` with the reason and the fix, never a traceback;
+and whatever the body does, the session is shut down (NVML counts init/shutdown pairs, so nested
+sessions are fine).
+
+    with nvml.session() as n:
+        count = n.nvmlDeviceGetCount()
+
+Tests pass a fake module (``session(fake)``) or put one in ``sys.modules["pynvml"]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from faulthunt.errors import FaulthuntError
+
+FIX_MISSING = "pip install nvidia-ml-py"
+FIX_NO_DRIVER = "install the NVIDIA driver (NVML comes with it), or run where a GPU is visible"
+
+
+class NvmlUnavailable(FaulthuntError):
+    """NVML cannot be used here: the package is missing (``missing``) or ``nvmlInit`` failed."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, fix: str, *, missing: bool = False) -> None:
+        super().__init__(message, fix)
+        self.missing = missing
+
+
+@contextlib.contextmanager
+def session(module: Any = None) -> Iterator[Any]:
+    """An initialised NVML for the ``with`` body: yields the pynvml module (or ``module``)."""
+    if module is None:
+        try:
+            import pynvml  # nvidia-ml-py
+        except ImportError:
+            raise NvmlUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py)", FIX_MISSING,
+                                  missing=True) from None
+        module = pynvml
+    try:
+        module.nvmlInit()
+    except Exception as exc:  # any NVMLError (library not found, driver not loaded, ...) or a loader OSError
+        raise NvmlUnavailable(f"NVML unavailable: {exc}", FIX_NO_DRIVER) from None
+    try:
+        yield module
+    finally:
+        try:
+            module.nvmlShutdown()
+        except Exception:  # shutting down after the body failed must not hide the body's own error
+            pass
+
+
+def device_count(module: Any = None) -> int:
+    """How many GPUs NVML sees; 0 when NVML cannot start or cannot count."""
+    try:
+        with session(module) as n:
+            return int(n.nvmlDeviceGetCount())
+    except Exception:  # NvmlUnavailable or a failed query: either way no GPU can be used through NVML
+        return 0
