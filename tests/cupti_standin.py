@@ -164,13 +164,14 @@ class StandInLibcupti:
         buf, size, most = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
         self.requested(ctypes.byref(buf), ctypes.byref(size), ctypes.byref(most))
         records, self.queue = self.queue, []
-        offsets, at = [], 0
+        offsets, at, parts = [], 0, []
         for r in records:
             offsets.append(at)
-            at += (len(r) + 7) // 8 * 8  # CUPTI aligns records to 8 bytes
+            pad = -len(r) % 8  # CUPTI aligns records to 8 bytes
+            parts += [r, b"\0" * pad]
+            at += len(r) + pad
         assert at <= size.value
-        for off, r in zip(offsets, records):
-            ctypes.memmove(buf.value + off, r, len(r))
+        ctypes.memmove(buf.value, b"".join(parts), at)
         self.layout[buf.value] = offsets
         self.completed(None, 0, buf.value, size.value, at)
         return 0

@@ -199,17 +199,12 @@ typedef struct fl_sink {
     unsigned gen;      /* fork generation it belongs to */
     char *win;
     uint64_t win_off, chunk, pos, records, dropped;
+    uint64_t touched; /* file offset up to which pages past pos were faulted in ahead (prefault) */
 } fl_sink;
 
 static volatile unsigned g_gen = 1;
 static fl_sink *volatile g_sink; /* where the C-side records go (set by native.py) */
-
-static void after_fork_child(void) {
-    /* The child must not touch the parent's mapping or its (maybe held) locks: every sink made
-       before the fork is dead in the child; the Python writer opens the child's own file. */
-    g_gen++;
-    g_sink = NULL;
-}
+static void after_fork_child(void);
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void init_once(void) { pthread_atfork(NULL, NULL, after_fork_child); }
@@ -300,6 +295,36 @@ EXPORT int fl_put(void *sink, const char *data, size_t n) {
     return rc;
 }
 
+/* Fault in the pages the next lines will go to, from a background thread: on a file system like
+   ext4 the first write to each page of a shared mapping costs a page fault and block bookkeeping
+   (about 3 us a page), which would otherwise land on the thread that launches kernels. A page is
+   touched with a compare-and-swap of a zero byte with zero: a write access (so the write fault
+   happens here) that changes nothing, whether or not a line reached that byte meanwhile. A few
+   pages at a time under the sink's lock (the window may move). */
+#define PREFAULT_AHEAD (2u << 20)
+#define PREFAULT_SLICE 8
+static void prefault(fl_sink *s) {
+    if (!s || s->gen != g_gen) return;
+    for (int slices = 0; slices < 128; slices++) {
+        pthread_mutex_lock(&s->mu);
+        if (s->mode != 0 || !s->win) { pthread_mutex_unlock(&s->mu); return; }
+        uint64_t end = s->win_off + s->chunk, want = s->pos + PREFAULT_AHEAD;
+        if (want > end) want = end;
+        uint64_t at = s->touched > s->pos ? s->touched : s->pos;
+        if (at < s->win_off) at = s->win_off;
+        if (at >= want) { pthread_mutex_unlock(&s->mu); return; }
+        for (int k = 0; k < PREFAULT_SLICE && at < want; k++) {
+            uint64_t last = (at | 4095) < end ? (at | 4095) : end - 1; /* the page's last byte */
+            char zero = 0;
+            __atomic_compare_exchange_n(s->win + (last - s->win_off), &zero, 0, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED);
+            at = last + 1;
+        }
+        s->touched = at;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
 /* Unmap and cut the unused reserve; the caller closes the descriptor. Later puts return -1. */
 EXPORT int fl_sink_close(void *sink) {
     fl_sink *s = sink;
@@ -322,6 +347,9 @@ EXPORT void fl_sink_info(void *sink, uint64_t *out4) {
 }
 
 EXPORT void fl_use_sink(void *sink) { g_sink = sink; }
+
+/* The prefault pass, for tests and for a sink without a flush thread. */
+EXPORT void fl_prefault(void *sink) { prefault(sink); }
 
 /* ---- the running test, and the test at a time (activity records arrive after the fact) ---- */
 #define RING 512
@@ -426,8 +454,11 @@ EXPORT int fl_cbid(uint32_t cbid, int kind, const char *name) {
     return 0;
 }
 
+/* flush_all NULL: no more flushes (the ledger stopped; the flush thread goes on prefaulting) */
 EXPORT void fl_functions(void *get_next_record, void *flush_all, uint32_t forced) {
+    pthread_mutex_lock(&g_flush_mu); /* no flush is running when this returns */
     g_next = (next_fn)get_next_record; g_flush_all = (flush_fn)flush_all; g_forced = forced;
+    pthread_mutex_unlock(&g_flush_mu);
 }
 
 EXPORT void fl_policy(int launch_records, int flush_on_launch, int64_t gap_ns, int always,
@@ -612,12 +643,14 @@ static void rec_kernel(const uint8_t *a) {
 
 /* ---- flushing ---- */
 EXPORT int fl_flush(void) {
-    if (!g_flush_all) return -1;
     pthread_mutex_lock(&g_flush_mu);
-    g_dirty = 0;
-    g_last_flush = now_ns(CLOCK_MONOTONIC);
-    g_stats[S_FLUSH]++;
-    int rc = g_flush_all(g_forced);
+    int rc = -1;
+    if (g_flush_all) {
+        g_dirty = 0;
+        g_last_flush = now_ns(CLOCK_MONOTONIC);
+        g_stats[S_FLUSH]++;
+        rc = g_flush_all(g_forced);
+    }
     pthread_mutex_unlock(&g_flush_mu);
     return rc;
 }
@@ -703,7 +736,8 @@ static void *flusher(void *arg) {
     (void)arg;
     pthread_mutex_lock(&g_flusher_mu);
     while (!g_flusher_stop) {
-        int64_t gap = g_gap_ns > 1000000 ? g_gap_ns : 1000000;
+        /* wake at least every 20 ms: the prefault keeps ahead of the lines; flushes keep their gap */
+        int64_t gap = g_gap_ns < 20000000 ? (g_gap_ns > 1000000 ? g_gap_ns : 1000000) : 20000000;
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         int64_t ns = until.tv_nsec + gap % 1000000000LL;
@@ -713,6 +747,7 @@ static void *flusher(void *arg) {
         if (g_flusher_stop) break;
         pthread_mutex_unlock(&g_flusher_mu);
         if ((g_dirty || g_always) && due()) fl_flush();
+        prefault(g_sink);
         pthread_mutex_lock(&g_flusher_mu);
     }
     pthread_mutex_unlock(&g_flusher_mu);
@@ -739,6 +774,19 @@ EXPORT void fl_stop_flusher(void) {
     pthread_mutex_unlock(&g_flusher_mu);
     pthread_join(g_flusher, NULL);
     g_flusher_on = 0;
+}
+
+/* The child must not touch the parent's mapping or its (maybe held) locks: every sink made before
+   the fork is dead in the child (the Python writer opens the child's own file), the flush thread
+   did not come along, and the library's own locks start afresh. */
+static void after_fork_child(void) {
+    g_gen++;
+    g_sink = NULL;
+    g_flusher_on = 0;
+    pthread_mutex_init(&g_flusher_mu, NULL);
+    pthread_mutex_init(&g_test_mu, NULL);
+    pthread_mutex_init(&g_pend_mu, NULL);
+    pthread_mutex_init(&g_flush_mu, NULL);
 }
 
 /* ---- a flush on the way down (fatal signals) ---- */

@@ -182,7 +182,7 @@ class NativeCuptiSource:
         else:
             self.subscriber = handle.value or 0
             self._enable_callbacks()
-        if lib.fl_start_flusher():
+        if lib.fl_start_flusher():  # the writer started it; again, in case it could not
             self._note("ledger: the background flush thread did not start; flushes at syncs and exit only")
         lib.fl_install_crash_flush(1)
 
@@ -211,10 +211,12 @@ class NativeCuptiSource:
 
     def stop(self) -> None:
         c, cl, lib = self.cupti, self.cl, self.lib
-        lib.fl_stop_flusher()
         try:
             lib.fl_flush()
         finally:
+            # no more flushes from the C thread (it goes on prefaulting the writer's pages) or from
+            # a signal: CUPTI may be torn down before the process ends
+            lib.fl_functions(native.address(cl, "cuptiActivityGetNextRecord"), None, 0)
             lib.fl_remove_crash_flush()
             if self.subscriber is not None:
                 cl.cuptiUnsubscribe(self.subscriber)

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import operator
 import os
 import re
 import signal
@@ -152,13 +153,22 @@ class RawStruct:
         self.size = at
         self._struct = struct.Struct(fmt)
         pos = {name: i for i, (_o, _c, name) in enumerate(order)}
-        self._take = [pos[n] for n in names]
+        take = [pos[n] for n in names]
         self.names = names
+        unpack_from = self._struct.unpack_from
+        if take == list(range(len(take))):
+            self.unpack = unpack_from  # type: ignore[method-assign]  # fields already in order
+        else:
+            pick = operator.itemgetter(*take)
+            if len(take) == 1:
+                self.unpack = lambda data: (pick(unpack_from(data)),)  # type: ignore[method-assign]
+            else:
+                self.unpack = lambda data: pick(unpack_from(data))  # type: ignore[method-assign]
 
     def unpack(self, data: Any) -> tuple[int, ...]:
-        """The named fields, in the order given, from a buffer holding one record."""
-        got = self._struct.unpack_from(data)
-        return tuple(got[i] for i in self._take)
+        """The named fields, in the order given, from a buffer holding one record (replaced per
+        instance by the cheapest way for its field order)."""
+        raise NotImplementedError
 
 
 #: records of each kind whose raw decoding is compared with cupti-python's attributes
@@ -235,6 +245,29 @@ def memory_record(act: Any, clock: Clock, pending: dict[int, tuple[str | None, l
     if stack:
         rec["stack"] = stack
     return rec
+
+
+def memory_line(f: tuple[int, ...], clock: Clock, pid: int, nodeid: str | None, stack: str | None) -> str | None:
+    """:func:`memory_record` as a line (no newline), from :data:`MEM_FIELDS` values in order: the
+    activity route writes a whole buffer's records this way, without a dict or the encoder per
+    record. ``stack`` is encoded JSON. Pure."""
+    (_kind, op, mkind, cid, address, nbytes, ts, dev, stream, is_async, ptype, paddr) = f
+    if op != OP_ALLOCATION and op != OP_RELEASE:
+        return None
+    wall0 = round(clock.wall * 1e9)
+    mono0 = round(clock.mono * 1e9)
+    line = (f'{{"event":"{EVENT_ALLOC if op == OP_ALLOCATION else EVENT_FREE}","t":{wall0 + ts - clock.cupti_ns}e-9,'
+            f'"t_mono":{mono0 + ts - clock.cupti_ns}e-9,"pid":{pid},"nodeid":{"null" if nodeid is None else _json_s(nodeid)},'
+            f'"source":"{NAME}","address":{address},"kind":"{KIND_DEVICE}",'
+            f'"{"size" if op == OP_ALLOCATION else "size_released"}":{nbytes},'
+            f'"memory_kind":"{MEMORY_KINDS.get(mkind, "unknown")}","correlation_id":{cid},'
+            f'"device_id":{dev},"stream_id":{stream}')
+    if is_async:
+        line += ',"async":true'
+    ptype_name = POOL_TYPES.get(ptype)
+    if ptype_name:
+        line += f',"pool":{{"type":"{ptype_name}","address":{paddr}}}'
+    return line + (f',"stack":{stack}}}' if stack else "}")
 
 
 def callback_record(function_name: str, symbol_name: str | None, entering: bool,
@@ -469,7 +502,7 @@ class CuptiSource:
             return None
         return {n: getattr(act, n) for n in KERNEL_FIELDS if hasattr(act, n)}
 
-    def _kernel(self, f: dict[str, Any]) -> None:
+    def _kernel(self, f: dict[str, Any], put: bool = True) -> str:
         # a kernel the fault swallowed was launched after all of these (see kernel_line)
         changed = round((self.writer.test_changed_at() or 0) * 1e9)
         est = max(self._last_ok_sync, self._last_kernel_end, changed) + 1
@@ -477,10 +510,49 @@ class CuptiSource:
         if f.get("start") and f.get("end"):
             end = round(self.clock.wall * 1e9) + int(f["end"]) - self.clock.cupti_ns
             self._last_kernel_end = max(self._last_kernel_end, end)
-        self.writer.put_line(line)
-        self.records += 1
+        if put:
+            self.writer.put_line(line)
+            self.records += 1
+        return line
+
+    def _buffer_lines(self, activities: list[Any]) -> bool:
+        """The activity route's decoding: every record of a buffer read from its bytes, formatted
+        as a line and written in one put. False when the records have no bytes (cupti-python's
+        objects): the general path below then does it record by record."""
+        memraw, kraw = self._memraw, self._kraw
+        if memraw is None or kraw is None or not activities or getattr(activities[0], "_data", None) is None:
+            return False
+        lines = []
+        unpack_kind = struct.Struct("<i").unpack_from
+        mem2, kinds, clock, pid, pending, lock = self._memory2, self._kinds, self.clock, self.pid, self.pending, self._lock
+        test_at = self.writer.test_at
+        for act in activities:
+            try:
+                data = act._data
+                kind = unpack_kind(data)[0]
+                if kind == mem2:
+                    f = memraw.unpack(data)
+                    with lock:
+                        nodeid, stack = pending.pop(f[3], (None, None))
+                    if nodeid is None:
+                        nodeid = test_at((round(clock.wall * 1e9) + f[6] - clock.cupti_ns) / 1e9)
+                    line = memory_line(f, clock, pid, nodeid, stack)
+                    if line is not None:
+                        lines.append(line)
+                elif kind in kinds:
+                    kf = self._kernel_fields(act)
+                    if kf is not None:
+                        lines.append(self._kernel(kf, put=False))
+            except Exception as exc:  # never raise into CUPTI's thread
+                print(f"faulthunt ledger: bad CUPTI record: {exc!r}", file=sys.stderr)
+        if lines:
+            self.writer.put_line("\n".join(lines))
+            self.records += len(lines)
+        return True
 
     def _buffer_completed(self, activities: list[Any]) -> None:
+        if self._kinds and self._buffer_lines(activities):
+            return
         for act in activities:
             try:
                 if self._kinds:

@@ -54,6 +54,7 @@ _PROTOS: dict[str, tuple[list[Any], Any]] = {
     "fl_sink_close": ([_V], _I),
     "fl_sink_info": ([_V, ctypes.POINTER(_U64)], None),
     "fl_use_sink": ([_V], None),
+    "fl_prefault": ([_V], None),
     "fl_set_test": ([_CP, _SZ], None),
     "fl_default_layout": ([_I, ctypes.POINTER(_I32), _I], None),
     "fl_layout": ([_I, ctypes.POINTER(_I32), _I], _I),

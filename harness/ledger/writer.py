@@ -90,8 +90,43 @@ def python_stack(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> li
     return out
 
 
-def stack_json(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> RawJSON:
-    """:func:`python_stack` as encoded JSON, cached per distinct (code, line) sequence."""
+def _stack_json_by_offset(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> RawJSON:
+    """:func:`python_stack` as encoded JSON, cached per distinct (code, instruction offset)
+    sequence.
+
+    Keyed by ``f_lasti``, not ``f_lineno``: a frame's line number is computed from the code's
+    line table, walked from its start on every read (CPython 3.11+), so a stack through a large
+    framework function cost tens of microseconds; the offset is a field. Line numbers are worked
+    out once, when a stack is first seen.
+    """
+    f = start = frame if frame is not None else sys._getframe(1)
+    _make_room()
+    key: list[int] = []
+    codes = _codes
+    n = 0
+    while f is not None and n < limit:
+        code = f.f_code
+        got = codes.get(id(code))
+        if got is None:
+            _skipped(code)
+            got = codes[id(code)]
+        if not got[1]:
+            key.append(id(code))
+            key.append(f.f_lasti)
+            n += 1
+        f = f.f_back
+    k = tuple(key)
+    stack = _stack_cache.get(k)
+    if stack is None:
+        if len(_stack_cache) >= _CACHE_MAX:
+            _stack_cache.clear()
+        stack = _stack_cache[k] = RawJSON(json.dumps(python_stack(start, limit)))
+    return stack
+
+
+def _stack_json_by_line(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> RawJSON:
+    """The same, cached per (code, line) sequence: the earlier key, kept for comparisons
+    (``FAULTHUNT_LEDGER_STACK_KEY=line``)."""
     f = frame if frame is not None else sys._getframe(1)
     _make_room()
     key: list[int] = []
@@ -108,15 +143,20 @@ def stack_json(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> RawJ
             key.append(f.f_lineno)
             n += 1
         f = f.f_back
-    k = tuple(key)
+    k = ("line",) + tuple(key)
     stack = _stack_cache.get(k)
     if stack is None:
         if len(_stack_cache) >= _CACHE_MAX:
             _stack_cache.clear()
         stack = _stack_cache[k] = RawJSON("[" + ",".join(
             _esc(f"{codes[k[i]][0].co_filename}:{k[i + 1]} in {codes[k[i]][0].co_name}")
-            for i in range(0, len(k), 2)) + "]")
+            for i in range(1, len(k), 2)) + "]")
     return stack
+
+
+#: ``offset`` (default) or ``line``: what the stack cache is keyed by (see _stack_json_by_offset)
+STACK_KEY_ENV = "FAULTHUNT_LEDGER_STACK_KEY"
+stack_json = _stack_json_by_line if os.environ.get(STACK_KEY_ENV) == "line" else _stack_json_by_offset
 
 
 #: the C encoder, compact, no circularity check (records are flat and built here)
@@ -384,6 +424,9 @@ class LedgerWriter:
         self._put = put_native
         if torn:
             put_native(b"\n")
+        # the library's thread faults in the pages the next lines go to, off the recording threads
+        lib.fl_use_sink(sink)
+        lib.fl_start_flusher()
         self.follow_tests()
 
     def _map(self, offset: int) -> None:
