@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FL_ABI 1
+#define FL_ABI 2
 #define EXPORT __attribute__((visibility("default")))
 
 /* ---- CUPTI declarations (cupti_callbacks.h / cupti_activity.h, CUDA 13), for the defaults ---- */
@@ -391,7 +391,7 @@ enum { KIND_ALLOC = 1, KIND_FREE = 2, KIND_LAUNCH = 3, KIND_SYNC_CTX = 4, KIND_S
 #define MAX_CBID 4096
 static uint8_t g_cbkind[MAX_CBID];
 static char *g_cbname[MAX_CBID];
-static int32_t g_enter_site, g_kind_mem2 = -1, g_kind_kernel = -1, g_kind_ckernel = -1, g_op_alloc = 1,
+static int32_t g_domain = 1, g_enter_site, g_kind_mem2 = -1, g_kind_kernel = -1, g_kind_ckernel = -1, g_op_alloc = 1,
                g_op_release = 2, g_end_status = -1;
 static int64_t g_cupti0, g_wall0, g_mono0;
 typedef int (*next_fn)(uint8_t *, size_t, void **);
@@ -436,9 +436,9 @@ EXPORT int fl_layout(int which, const int32_t *offsize, int n) {
     return 0;
 }
 
-EXPORT void fl_consts(int32_t enter_site, int32_t kind_mem2, int32_t kind_kernel, int32_t kind_ckernel,
-                      int32_t op_alloc, int32_t op_release, int32_t end_status) {
-    g_enter_site = enter_site; g_kind_mem2 = kind_mem2; g_kind_kernel = kind_kernel;
+EXPORT void fl_consts(int32_t domain, int32_t enter_site, int32_t kind_mem2, int32_t kind_kernel,
+                      int32_t kind_ckernel, int32_t op_alloc, int32_t op_release, int32_t end_status) {
+    g_domain = domain; g_enter_site = enter_site; g_kind_mem2 = kind_mem2; g_kind_kernel = kind_kernel;
     g_kind_ckernel = kind_ckernel; g_op_alloc = op_alloc; g_op_release = op_release; g_end_status = end_status;
 }
 
@@ -664,8 +664,9 @@ static int failed(const void *cbdata) {
 }
 
 EXPORT void fl_cupti_callback(void *userdata, int domain, uint32_t cbid, const void *cbdata) {
-    (void)userdata; (void)domain;
-    if (cbid >= MAX_CBID || !g_have_cb) return;
+    (void)userdata;
+    /* only driver-API callbacks carry CallbackData; another domain's cbid means something else */
+    if (domain != g_domain || cbid >= MAX_CBID || !g_have_cb) return;
     int kind = g_cbkind[cbid];
     if (!kind) return;
     int enter = (int32_t)rd(cbdata, g_cb[CB_SITE]) == g_enter_site;

@@ -116,7 +116,7 @@ class NativeCuptiSource:
             self.notes.append("launches from callbacks instead")
             self.launches = "callback"
         kind = c.ActivityKind
-        lib.fl_consts(int(c.ApiCallbackSite.API_ENTER), int(kind.MEMORY2), int(getattr(kind, "KERNEL", -1)),
+        lib.fl_consts(int(c.CallbackDomain.DRIVER_API), int(c.ApiCallbackSite.API_ENTER), int(kind.MEMORY2), int(getattr(kind, "KERNEL", -1)),
                       int(getattr(kind, "CONCURRENT_KERNEL", -1)), int(c.ActivityMemoryOperationType.ALLOCATION),
                       int(c.ActivityMemoryOperationType.RELEASE), int(c.Result.ERROR_MAX_LIMIT_REACHED))
         w0 = time.time_ns()

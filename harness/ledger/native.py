@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 #: must equal FL_ABI in _native.c: a library built from other sources is not used
-ABI = 1
+ABI = 2
 #: the fields _native.c reads, in its enum order, per structure: (cupti-python dtype field, bytes)
 CALLBACK_FIELDS = (("callback_site", 4), ("symbol_name", 8), ("function_return_value", 8),
                    ("correlation_id", 4))
@@ -58,7 +58,7 @@ _PROTOS: dict[str, tuple[list[Any], Any]] = {
     "fl_set_test": ([_CP, _SZ], None),
     "fl_default_layout": ([_I, ctypes.POINTER(_I32), _I], None),
     "fl_layout": ([_I, ctypes.POINTER(_I32), _I], _I),
-    "fl_consts": ([_I32] * 7, None),
+    "fl_consts": ([_I32] * 8, None),
     "fl_clock": ([_I64, _I64, _I64], None),
     "fl_cbid": ([_U32, _I, _CP], _I),
     "fl_functions": ([_V, _V, _U32], None),

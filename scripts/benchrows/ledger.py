@@ -10,6 +10,12 @@
   which this CPU-only row cannot show.
 - CPU: the writer's cost per record (its hot path: time, pid, test, source, kind, into the shared
   mapping) against the obvious crash-safe JSONL line (json.dumps + os.write of fewer fields).
+- CPU, per route (docs/ledger.md, "Routes"): the CUPTI work of one alloc+launch+free iteration
+  (callbacks as CUPTI makes them, activity records through real buffers and a C
+  GetNextRecord: tests/cupti_standin.py plus a few lines of C compiled here) against the same driver
+  calls into a no-op C callback; and the CuPy refinement per array against a hook that does nothing
+  (CuPy's own dispatch). The harness calls the C callback through ctypes from Python, which a driver
+  does not: both sides pay that, so the difference is the route's own work.
 """
 
 from __future__ import annotations
@@ -156,8 +162,10 @@ def cupti_callback_path(quick: bool) -> Row:
     def run(policy: str, stacks: str, d: str) -> None:
         fake = _FreeFlushCupti()
         real_import = cupti_source._import
-        old = {k: os.environ.get(k) for k in (cupti_source.FLUSH_ENV, "FAULTHUNT_LEDGER_STACKS")}
+        old = {k: os.environ.get(k) for k in (cupti_source.FLUSH_ENV, "FAULTHUNT_LEDGER_STACKS",
+                                              "FAULTHUNT_LEDGER_ROUTE")}
         os.environ[cupti_source.FLUSH_ENV] = policy
+        os.environ["FAULTHUNT_LEDGER_ROUTE"] = "python"  # the flush policies of the Python route
         cupti_source._import = lambda: fake
         try:
             w = LedgerWriter(d, stacks=stacks)
