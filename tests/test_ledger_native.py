@@ -291,7 +291,9 @@ def test_native_records_match_the_python_routes_field_for_field(compiled, standi
     pairs = {}
     for name in ROUTES:
         w, _src, _said = _run_route(name, tmp_path, monkeypatch)
-        pairs[name] = [r for r in _records(w) if r["event"] in ("alloc", "free", "launch", "sync")]
+        recs = [r for r in _records(w) if r["event"] in ("alloc", "free", "launch", "sync")]
+        # file order depends on when buffers were handed over; compare in a fixed order
+        pairs[name] = sorted(recs, key=lambda r: (r["event"], r.get("correlation_id", 0), r.get("what", "")))
     for py, c in (("python", "native"), ("activity", "native-activity")):
         assert len(pairs[py]) == len(pairs[c])
         for a, b in zip(pairs[py], pairs[c]):
@@ -360,8 +362,10 @@ CRASH_CHILD = textwrap.dedent("""
     cupti_source._import = lambda: module
     cupti_native.loaded_libcupti = lambda major=None: "/stand-in/libcupti.so.13"
     cupti_native._load_libcupti = lambda path: lib
-    cupti_native.FLUSH_GAP = 3600.0
-    os.environ["FAULTHUNT_LEDGER_ROUTE"] = "native-activity"
+    cupti_direct.loaded_libcupti = lambda major=None: "/stand-in/libcupti.so.13"
+    cupti_direct._load = lambda path: lib
+    cupti_native.FLUSH_GAP = cupti_source.FLUSH_GAP = 3600.0
+    os.environ["FAULTHUNT_LEDGER_ROUTE"] = sys.argv[5]
     w = LedgerWriter(sys.argv[1])
     src = cupti_source.start(w)
     lib.kernel("_Z9lastwordv", 42)
@@ -374,15 +378,32 @@ CRASH_CHILD = textwrap.dedent("""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["abort", "SIGTERM"])
-def test_a_dying_worker_keeps_its_last_launches(native_lib, tmp_path, how):
+@pytest.mark.parametrize("name, how", [("native-activity", "abort"), ("native-activity", "SIGTERM"),
+                                       ("activity", "SIGTERM")])
+def test_a_dying_worker_keeps_its_last_launches(native_lib, tmp_path, name, how):
+    """The launches still in CUPTI's buffers reach the ledger when the worker dies: flushed by the
+    compiled library's signal handler (abort, SIGTERM) or, in pure Python, by a SIGTERM handler."""
     proc = subprocess.run([sys.executable, "-c", CRASH_CHILD, str(tmp_path), native_lib.path,
-                           str(Path(__file__).parent), how], capture_output=True, text=True, timeout=60)
+                           str(Path(__file__).parent), how, name], capture_output=True, text=True, timeout=60)
     assert "ready" in proc.stdout, proc.stderr
     assert proc.returncode == -(signal.SIGABRT if how == "abort" else signal.SIGTERM)
     ledger = load_ledger(tmp_path)
     (pl,) = ledger.pids.values()
     assert [r["kernel"] for r in pl.launches] == ["_Z9lastwordv"]
+
+
+def test_callbacks_of_another_domain_are_left_alone(compiled, standin, tmp_path, monkeypatch):
+    w, src, _ = _start(tmp_path, "native", monkeypatch)
+    try:
+        rec = np.zeros(1, dtype=CALLBACK_DATA)  # a launch's cbid, but in the resource domain (2)
+        standin.cb(None, 2, CB_LAUNCH, rec.ctypes.data)
+        standin.api(CB_LAUNCH, 6, "_Z1kv")
+        before = native.stats(compiled)["launches"]
+    finally:
+        src.stop()
+        w.close()
+    assert [r["kernel"] for r in _records(w) if r["event"] == "launch"] == ["_Z1kv"]
+    assert before >= 1
 
 
 # --- stacks, refinements, the fallback ------------------------------------------------------------

@@ -466,6 +466,7 @@ EXPORT void fl_policy(int launch_records, int flush_on_launch, int64_t gap_ns, i
     g_launch_records = launch_records; g_flush_on_launch = flush_on_launch; g_gap_ns = gap_ns;
     g_always = always; g_alloc_stacks = alloc_stacks; g_launch_stacks = launch_stacks;
     if (bufsize >= 4096) g_bufsize = (size_t)bufsize;
+    g_last_flush = 0; /* a new source: its first launch after an allocation flushes, as in Python */
 }
 
 EXPORT void fl_stack_provider(void *fn) { g_stack = (stack_fn)fn; }
