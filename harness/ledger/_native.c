@@ -10,13 +10,15 @@
  *     posix_fallocate (the same file layout as writer.py's mmap backend; a failed reserve goes on
  *     with pwrite and says so in a note line). The Python writer puts its own lines here too, so
  *     one mutex orders every line of the file;
- *   - the CUPTI callback (registered through cuptiSubscribe_v2 by native.py): launch records on
- *     launch entry, sync records on synchronization exit, a forced activity flush before a
+ *   - the CUPTI callback (registered through cuptiSubscribe_v2 by cupti_native.py): launch records
+ *     on launch entry, sync records on synchronization exit, a forced activity flush before a
  *     synchronization that failed (the path a fault is reported on) or an allocation call that
  *     returned an error (a sticky error);
  *   - the CUPTI activity buffers: MEMORY2 records become alloc/free lines, CONCURRENT_KERNEL
  *     records launch lines (with the test found by time, see fl_set_test);
- *   - a background flush thread and a flush on fatal signals (best effort, bounded by alarm()).
+ *   - a background thread: forced flushes on a period, and the next pages of the mapping faulted
+ *     in ahead of the writers (prefault);
+ *   - a flush on fatal signals (best effort, bounded by alarm()).
  *
  * CUPTI structures are not taken from headers: the field offsets come from cupti-python's own
  * dtypes at run time (fl_layout), checked against the CUDA 13 declarations below
@@ -676,7 +678,8 @@ EXPORT void fl_cupti_callback(void *userdata, int domain, uint32_t cbid, const v
         if (enter) {
             g_dirty = 1;
             stack_fn st = g_stack;
-            if (kind == KIND_ALLOC && g_alloc_stacks && st && !t_refined) st(cid, kind);
+            /* as the Python route: stacks on allocations, on frees too with STACKS=all */
+            if (st && !t_refined && (kind == KIND_ALLOC ? g_alloc_stacks : g_launch_stacks)) st(cid, kind);
         } else if (failed(cbdata)) {
             fl_flush(); /* an allocation call returned an error: maybe the sticky one of a fault */
         }

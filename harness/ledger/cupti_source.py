@@ -44,9 +44,10 @@ Routes (:mod:`.route`): this module is the ``python`` route and, with launches f
 kernel activity records instead of a callback per launch, the ``activity`` route (a): no Python
 runs per launch on the launching thread; each kernel record becomes a launch line when its buffer
 is handed over (every ``FLUSH_GAP``, forced, or at a failure), attributed to the test running at
-its time; a kernel the fault swallowed (CUPTI reports start and end 0) gets the time of the last
-successful synchronization or kernel end before it (``t_estimated``). The compiled routes are
-:mod:`.cupti_native`; :func:`start` picks.
+its time; a kernel the fault swallowed (CUPTI reports start and end 0) gets the latest of the last
+successful synchronization, the last kernel end and the start of the running test
+(``t_estimated``), all of which it followed. The compiled routes are :mod:`.cupti_native`;
+:func:`start` picks.
 """
 
 from __future__ import annotations
