@@ -9,7 +9,6 @@ pure-Python fallback is tested by taking the library away (``native.load`` answe
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil

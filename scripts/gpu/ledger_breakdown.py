@@ -13,7 +13,9 @@ process, the processes interleaved over two rounds (the second in reverse order)
 host lands on every configuration. A sample's ratio is against the ``off`` sample of the same
 round and index. ``current`` is the ``python`` route with the stack cache keyed by line, as the
 code measured before the routes were added; ``/cupti`` configurations leave the framework
-refinements out (CUPTI alone), which shows what CuPy's per-array hook costs on its own.
+refinements out (CUPTI alone), which shows what CuPy's per-array hook costs on its own;
+``hook_noop`` is CuPy with a registered MemoryHook that does nothing and no ledger (CuPy's own
+dispatch of a hook, which no route can remove).
 
 Crash: a CuPy loop launches N kernels without synchronizing and then aborts (or is SIGKILLed);
 the ledger is counted for its launches of ``fill``.
@@ -55,8 +57,10 @@ CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "native-activity": ("auto", {ROUTE: "native-activity"}),
     "native/cupti": ("cupti", {ROUTE: "native"}),
     "native-activity/cupti": ("cupti", {ROUTE: "native-activity"}),
+    # CuPy's own cost of a registered MemoryHook whose methods do nothing (no ledger)
+    "hook_noop": ("off", {}),
 }
-PER_FW = {"cupy": list(CONFIGS), "numba": list(CONFIGS),
+PER_FW = {"cupy": list(CONFIGS), "numba": [c for c in CONFIGS if c != "hook_noop"],
           "cuda_core": ["off", "current", "native", "native-activity"]}
 N, SAMPLES, ROUNDS = 3000, 3, 2
 #: seconds from the start after which no new loop process / probe case starts
@@ -81,6 +85,10 @@ def run_loop(fw: str, config: str, n: int, samples: int, ledger_dir: str) -> Non
         if h is not None:
             info = {"route": h.writer.route.name, "backend": h.writer.backend,
                     "cupti": [type(s).__name__ for s in h.sources]}
+    if config == "hook_noop":
+        import cupy
+
+        cupy.cuda.MemoryHook().__enter__()
     run = loop_runner(fw)
     got = [run(n) for _ in range(samples)]
     print(json.dumps({"loop": fw, "config": config, "n": n, "samples": got, **info}), flush=True)
@@ -164,8 +172,9 @@ class Run:
     def child(self, args: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str]:
         full = {**os.environ, **env}
         try:
-            p = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
-                               timeout=timeout, env=full)
+            # -X faulthandler: a child that crashes leaves its Python stack in errors.txt
+            p = subprocess.run([sys.executable, "-X", "faulthandler", __file__, *args], capture_output=True,
+                               text=True, timeout=timeout, env=full)
             rc, so, se = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired as exc:
             rc, so, se = 124, str(exc.stdout or ""), "timeout"
@@ -303,7 +312,7 @@ def table(loops: list[dict], crashes: list[dict], probe: list[dict]) -> str:
             out.append(f"{fw:9} {cfg:22} {'/'.join(sorted(routes)):16} {statistics.median(o for _, o in pairs):9.4f} "
                        f"{statistics.median(s for s, _ in pairs):9.4f} {med:7.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
                        f"{added:9.1f}")
-            if cfg not in ("off", "current", "python") and not cfg.endswith("/cupti"):
+            if cfg not in ("off", "current", "python", "hook_noop") and not cfg.endswith("/cupti"):
                 if fw not in best or med < best[fw][0]:
                     best[fw] = (med, cfg)
     out.append("")
