@@ -535,3 +535,30 @@ def test_kernel_line_is_a_launch_the_reader_takes():
     assert t0 == 123 and json.loads(line0)["t_estimated"] is True and json.loads(line0)["nodeid"] is None
     (pl,) = parse_ledger_text(line + "\n").pids.values()
     assert pl.launches[0]["kernel"] == 'k"\u00e9'
+
+
+@pytest.mark.parametrize("name, completed", [("python", True), ("activity", False), ("native", False)])
+def test_numba_leaves_the_driver_free_to_cupti(compiled, tmp_path, monkeypatch, name, completed):
+    """With CUPTI recording driver frees, numba's refinement writes the Python-level free only off
+    the python route; the replay takes the driver free from CUPTI's release record."""
+    from faulthunt.ledger.numba_emm import make_manager_class
+    from faulthunt.ledger.reader import build_ledger
+
+    from test_ledger import _FakeManager
+
+    w = LedgerWriter(tmp_path, route=route.choose(name))
+    w.cupti = "cupti"
+    mgr = make_manager_class(_FakeManager, w)()
+    mgr.initialize()
+    mem = mgr.memalloc(64)
+    mem.free()
+    mgr.deallocations.clear()
+    w.close()
+    recs = [r for r in _records(w) if r["event"] in ("alloc", "free")]
+    assert [r.get("phase") for r in recs if r["event"] == "free"] == (
+        ["requested", "completed"] if completed else ["requested"])
+    if not completed:  # CUPTI's release record, as the replay sees it
+        recs.append({"event": "free", "t": recs[-1]["t"] + 1e-3, "pid": recs[0]["pid"], "address": BASE,
+                     "kind": "device", "source": "cupti"})
+    v = map_address(build_ledger(recs), BASE + 8)
+    assert v.verdict == "freed" and v.allocation["free_completed_t"] == recs[-1]["t"]

@@ -163,6 +163,7 @@ class NativeCuptiSource:
         self._check(cl.cuptiActivityRegisterCallbacks(native.address(lib, "fl_buffer_requested"),
                                                       native.address(lib, "fl_buffer_completed")), "register buffers")
         self._check(cl.cuptiActivityEnable(int(c.ActivityKind.MEMORY2)), "enable MEMORY2")
+        self.writer.cupti = NAME
         if self.launches == "activity":
             self._check(cl.cuptiActivityEnable(int(c.ActivityKind.CONCURRENT_KERNEL)), "enable CONCURRENT_KERNEL")
         params = c.SubscriberParams()

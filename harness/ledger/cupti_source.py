@@ -687,6 +687,7 @@ class CuptiSource:
                 self.writer.record(EVENT_NOTE, NAME, message=msg)
         c.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         c.activity_enable(c.ActivityKind.MEMORY2)
+        self.writer.cupti = NAME
         if self.launches == "activity":
             self.writer.follow_tests()
             c.activity_enable(c.ActivityKind.CONCURRENT_KERNEL)

@@ -43,6 +43,11 @@ def make_manager_class(base: type, writer: LedgerWriter) -> type:
     class LedgerMemoryManager(base):  # type: ignore[misc, valid-type]
         def initialize(self) -> None:
             super().initialize()
+            if writer.route.name != "python" and writer.cupti is not None:
+                # CUPTI's MEMORY2 release record of the queued cuMemFree is the driver free: the
+                # replay annotates the life the Python-level free closed (free_completed_t), as it
+                # would with the completed record below, so that record is not written twice
+                return
             dealloc = getattr(self, "deallocations", None)
             add = getattr(dealloc, "add_item", None)
             if add is None or getattr(add, "_faulthunt", False):

@@ -341,6 +341,9 @@ class LedgerWriter:
         self._hist_t: list[float] = []
         self._hist_n: list[str | None] = []
         self._following = False
+        #: the name of the CUPTI source recording driver-level allocations and frees into this
+        #: writer, once one started (refinements leave to it what it records)
+        self.cupti: str | None = None
         self._open()
         _writers.add(self)
         if self.route.deferred:
