@@ -78,9 +78,10 @@ def standin(monkeypatch):
     monkeypatch.setattr(cupti_direct, "_load", lambda path: lib)
     monkeypatch.setattr(cupti_native, "loaded_libcupti", lambda major=None: "/stand-in/libcupti.so.13")
     monkeypatch.setattr(cupti_native, "_load_libcupti", lambda path: lib)
-    # the period of background flushes: long, so that only the paths under test flush
-    monkeypatch.setattr(cupti_source, "FLUSH_GAP", 3600.0)
-    monkeypatch.setattr(cupti_native, "FLUSH_GAP", 3600.0)
+    # the period of background flushes: longer than the machine has been up (a flush is due when
+    # the last one, or boot, is that long ago), so that only the paths under test flush
+    monkeypatch.setattr(cupti_source, "FLUSH_GAP", 1e9)
+    monkeypatch.setattr(cupti_native, "FLUSH_GAP", 1e9)
     monkeypatch.delenv(cupti_direct.CALL_ENV, raising=False)
     monkeypatch.delenv(cupti_source.FLUSH_ENV, raising=False)
     return lib
@@ -363,7 +364,7 @@ CRASH_CHILD = textwrap.dedent("""
     cupti_native._load_libcupti = lambda path: lib
     cupti_direct.loaded_libcupti = lambda major=None: "/stand-in/libcupti.so.13"
     cupti_direct._load = lambda path: lib
-    cupti_native.FLUSH_GAP = cupti_source.FLUSH_GAP = 3600.0
+    cupti_native.FLUSH_GAP = cupti_source.FLUSH_GAP = 1e9  # no flush but the dying one
     os.environ["FAULTHUNT_LEDGER_ROUTE"] = sys.argv[5]
     w = LedgerWriter(sys.argv[1])
     src = cupti_source.start(w)

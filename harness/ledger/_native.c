@@ -300,9 +300,9 @@ EXPORT int fl_put(void *sink, const char *data, size_t n) {
 /* Fault in the pages the next lines will go to, from a background thread: on a file system like
    ext4 the first write to each page of a shared mapping costs a page fault and block bookkeeping
    (about 3 us a page), which would otherwise land on the thread that launches kernels. A page is
-   touched with a compare-and-swap of a zero byte with zero: a write access (so the write fault
-   happens here) that changes nothing, whether or not a line reached that byte meanwhile. A few
-   pages at a time under the sink's lock (the window may move). */
+   touched by writing a zero byte where the reserve already holds one (its last byte, past the
+   last line): a write access, so the write fault happens here, that changes nothing. A few pages
+   at a time under the sink's lock, so no line can be arriving there and the window cannot move. */
 #define PREFAULT_AHEAD (2u << 20)
 #define PREFAULT_SLICE 8
 static void prefault(fl_sink *s) {
@@ -317,9 +317,7 @@ static void prefault(fl_sink *s) {
         if (at >= want) { pthread_mutex_unlock(&s->mu); return; }
         for (int k = 0; k < PREFAULT_SLICE && at < want; k++) {
             uint64_t last = (at | 4095) < end ? (at | 4095) : end - 1; /* the page's last byte */
-            char zero = 0;
-            __atomic_compare_exchange_n(s->win + (last - s->win_off), &zero, 0, 0, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED);
+            ((volatile char *)s->win)[last - s->win_off] = 0;
             at = last + 1;
         }
         s->touched = at;
@@ -450,8 +448,9 @@ EXPORT void fl_clock(int64_t cupti_ns, int64_t wall_ns, int64_t mono_ns) {
 
 EXPORT int fl_cbid(uint32_t cbid, int kind, const char *name) {
     if (cbid >= MAX_CBID) return -1;
-    free(g_cbname[cbid]);
-    g_cbname[cbid] = name ? strdup(name) : NULL;
+    /* a name is never freed: a callback on another thread may be reading it (a second source in
+       one process; the table holds a few dozen short names) */
+    if (name && (!g_cbname[cbid] || strcmp(g_cbname[cbid], name))) g_cbname[cbid] = strdup(name);
     g_cbkind[cbid] = (uint8_t)kind;
     return 0;
 }
