@@ -563,3 +563,18 @@ def test_numba_leaves_the_driver_free_to_cupti(compiled, tmp_path, monkeypatch, 
                      "kind": "device", "source": "cupti"})
     v = map_address(build_ledger(recs), BASE + 8)
     assert v.verdict == "freed" and v.allocation["free_completed_t"] == recs[-1]["t"]
+
+
+def test_without_a_kernel_dtype_the_declared_layout_reads_kernel_records(compiled, standin, tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.delattr(StandInCupti, "activity_kernel9_dtype")
+    w, src, said = _start(tmp_path, "native-activity", monkeypatch)
+    try:
+        assert src.launches == "activity"
+        standin.kernel("_Z1kv", 3)
+        standin.api(CB_SYNC, 4, result=ILLEGAL_ADDRESS)
+    finally:
+        src.stop()
+        w.close()
+    assert any("CUDA 13 declaration's offsets" in m for m in said)
+    assert [r["kernel"] for r in _records(w) if r["event"] == "launch"] == ["_Z1kv"]

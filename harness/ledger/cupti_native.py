@@ -112,9 +112,16 @@ class NativeCuptiSource:
             raise RuntimeError("; ".join(self.notes))
         if not self._layout(1, getattr(c, "activity_memory4_dtype", None), "MEMORY2 (ActivityMemory4)"):
             raise RuntimeError("; ".join(self.notes))
-        if self.launches == "activity" and not self._layout(2, kernel_dtype(c), "kernel activity"):
-            self.notes.append("launches from callbacks instead")
-            self.launches = "callback"
+        if self.launches == "activity":
+            kd = kernel_dtype(c)
+            if kd is None:
+                # the fields read lie in the prefix every CUpti_ActivityKernelN since 4 shares
+                native.set_layout(lib, 2, native.default_layout(lib, 2))
+                self.notes.append("cupti-python has no kernel activity dtype: reading kernel records "
+                                  "at the CUDA 13 declaration's offsets")
+            elif not self._layout(2, kd, "kernel activity"):
+                self.notes.append("launches from callbacks instead")
+                self.launches = "callback"
         kind = c.ActivityKind
         lib.fl_consts(int(c.CallbackDomain.DRIVER_API), int(c.ApiCallbackSite.API_ENTER), int(kind.MEMORY2), int(getattr(kind, "KERNEL", -1)),
                       int(getattr(kind, "CONCURRENT_KERNEL", -1)), int(c.ActivityMemoryOperationType.ALLOCATION),

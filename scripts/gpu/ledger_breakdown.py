@@ -84,7 +84,8 @@ def run_loop(fw: str, config: str, n: int, samples: int, ledger_dir: str) -> Non
         h = install(Path(ledger_dir), mode, quiet=True)
         if h is not None:
             info = {"route": h.writer.route.name, "backend": h.writer.backend,
-                    "cupti": [type(s).__name__ for s in h.sources]}
+                    "cupti": [type(s).__name__ for s in h.sources],
+                    "launches": next((s.launches for s in h.sources if hasattr(s, "launches")), None)}
     if config == "hook_noop":
         import cupy
 
@@ -302,7 +303,8 @@ def table(loops: list[dict], crashes: list[dict], probe: list[dict]) -> str:
         for cfg in cfgs:
             pairs = [(s, offs[(r["round"], i)]) for r in loops if r["loop"] == fw and r["config"] == cfg
                      for i, s in enumerate(r.get("samples") or []) if (r["round"], i) in offs]
-            routes = {r.get("route", "-") for r in loops if r["loop"] == fw and r["config"] == cfg}
+            routes = {f"{r.get('route', '-')}" + (f"({r['launches'][:3]})" if r.get("launches") else "")
+                      for r in loops if r["loop"] == fw and r["config"] == cfg}
             if not pairs:
                 out.append(f"{fw:9} {cfg:22} {'/'.join(sorted(routes)):16} (no samples)")
                 continue

@@ -32,6 +32,7 @@ fi
   python3 -c 'from faulthunt.ledger.cupti_source import problem; print("cupti problem:", problem())' 2>&1
   python3 -c 'from faulthunt.ledger import native, route; lib, why = native.load(); r = route.choose("auto")
 print("native library:", getattr(lib, "path", None) or why); print("auto route:", r.name, r.why or "")' 2>&1
+  python3 -c 'from cupti import cupti; print("cupti-python dtypes:", [n for n in dir(cupti) if n.endswith("_dtype")])' 2>&1
 } >"$dest/identity.txt"
 cat "$dest/identity.txt"
 timeout -k 5 400 python3 scripts/gpu/ledger_breakdown.py all "$dest" 2>&1 | tail -n 80
