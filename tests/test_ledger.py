@@ -39,6 +39,13 @@ from faulthunt.mapper import map_address
 BASE = 0x7F00_0000_0000
 
 
+@pytest.fixture(autouse=True)
+def _python_route(monkeypatch):
+    """These tests are of the ``python`` route (the default when the compiled library is built
+    is ``native``; tests/test_ledger_native.py covers the compiled routes)."""
+    monkeypatch.setenv("FAULTHUNT_LEDGER_ROUTE", "python")
+
+
 # --- writer -----------------------------------------------------------------------------------
 
 def written(path):

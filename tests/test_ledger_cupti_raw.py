@@ -43,6 +43,13 @@ MEMORY4 = np.dtype({
 MEMORY2 = 49
 
 
+@pytest.fixture(autouse=True)
+def _python_route(monkeypatch):
+    """These tests are of the ``python`` route (the default when the compiled library is built
+    is ``native``; tests/test_ledger_native.py covers the compiled routes)."""
+    monkeypatch.setenv("FAULTHUNT_LEDGER_ROUTE", "python")
+
+
 class _Rec:
     """A record as cupti-python hands it over: attributes plus the ``_data`` record array."""
 

@@ -27,6 +27,13 @@ values = st.one_of(scalars, st.lists(st.text(max_size=20), max_size=5),
                    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))
 
 
+@pytest.fixture(autouse=True)
+def _python_route(monkeypatch):
+    """These tests are of the ``python`` route (the default when the compiled library is built
+    is ``native``; tests/test_ledger_native.py covers the compiled routes)."""
+    monkeypatch.setenv("FAULTHUNT_LEDGER_ROUTE", "python")
+
+
 @given(st.dictionaries(st.text(min_size=1, max_size=12), values, max_size=10))
 def test_encode_record_round_trips_like_json(rec):
     line = encode_record(rec)

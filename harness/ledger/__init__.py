@@ -179,6 +179,7 @@ class LedgerHandle:
         self.hooks.add(TRIGGER[name], start)
 
     def flush(self) -> None:
+        """Hand every pending record to the file now (CUPTI buffers, queued refinement records)."""
         for s in list(self.sources):
             fl = getattr(s, "flush", None)
             if fl is not None:
@@ -186,6 +187,7 @@ class LedgerHandle:
                     fl()
                 except Exception:
                     pass
+        self.writer.drain()
 
     def stop(self) -> None:
         """Flush and stop every source (also run at exit)."""
@@ -227,6 +229,11 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
             say(m)
         return None
     handle = LedgerHandle(LedgerWriter(ledger_dir), p)
+    route = handle.writer.route
+    handle.note(f"ledger route: {route.name} (backend {handle.writer.backend})"
+                + (f"; {route.why}" if route.why else ""))
+    if route.why:
+        say(f"ledger: route {route.name}: {route.why}")
     messages = p.messages
     if p.cupti:
         try:

@@ -210,8 +210,9 @@ class DirectCupti:
                 view = memoryview(mem).cast("B")
                 acts = []
                 rec = ctypes.c_void_p()
+                ref = ctypes.byref(rec)
                 while True:
-                    status = lib.cuptiActivityGetNextRecord(buffer, valid, ctypes.byref(rec))
+                    status = lib.cuptiActivityGetNextRecord(buffer, valid, ref)
                     if status:
                         if status != end:
                             print(f"faulthunt ledger: CUPTI activity buffer ended with status {status}",

@@ -37,15 +37,27 @@ and falls back to activity records alone (allocations, no launches or stacks).
 The hot paths (callbacks, activity buffers) run through ctypes on the same libcupti
 (:mod:`.cupti_direct`), and fields are read from record bytes (:class:`RawStruct`): cupti-python's
 per-record numpy-backed objects cost more than the launches they describe. The pure parts
-(:func:`memory_record`, :func:`callback_record`, :class:`Clock`, :class:`RawStruct`) take plain
-objects and bytes so they are unit-tested without CUPTI.
+(:func:`memory_record`, :func:`callback_record`, :func:`kernel_line`, :class:`Clock`,
+:class:`RawStruct`) take plain objects and bytes so they are unit-tested without CUPTI.
+
+Routes (:mod:`.route`): this module is the ``python`` route and, with launches from CUPTI's
+kernel activity records instead of a callback per launch, the ``activity`` route (a): no Python
+runs per launch on the launching thread; each kernel record becomes a launch line when its buffer
+is handed over (every ``FLUSH_GAP``, forced, or at a failure), attributed to the test running at
+its time; a kernel the fault swallowed (CUPTI reports start and end 0) gets the latest of the last
+successful synchronization, the last kernel end and the start of the running test
+(``t_estimated``), all of which it followed. The compiled routes are :mod:`.cupti_native`;
+:func:`start` picks.
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import operator
 import os
+import re
+import signal
 import struct
 import sys
 import threading
@@ -54,7 +66,7 @@ from collections.abc import Callable
 from typing import Any
 
 from faulthunt import context
-from faulthunt.ledger.writer import LedgerWriter, stack_json
+from faulthunt.ledger.writer import LedgerWriter, refining, stack_json
 from faulthunt.records.ledger import EVENT_ALLOC, EVENT_FREE, EVENT_LAUNCH, EVENT_NOTE, EVENT_SYNC, KIND_DEVICE
 
 NAME = "cupti"
@@ -142,13 +154,22 @@ class RawStruct:
         self.size = at
         self._struct = struct.Struct(fmt)
         pos = {name: i for i, (_o, _c, name) in enumerate(order)}
-        self._take = [pos[n] for n in names]
+        take = [pos[n] for n in names]
         self.names = names
+        unpack_from = self._struct.unpack_from
+        if take == list(range(len(take))):
+            self.unpack = unpack_from  # type: ignore[method-assign]  # fields already in order
+        else:
+            pick = operator.itemgetter(*take)
+            if len(take) == 1:
+                self.unpack = lambda data: (pick(unpack_from(data)),)  # type: ignore[method-assign]
+            else:
+                self.unpack = lambda data: pick(unpack_from(data))  # type: ignore[method-assign]
 
     def unpack(self, data: Any) -> tuple[int, ...]:
-        """The named fields, in the order given, from a buffer holding one record."""
-        got = self._struct.unpack_from(data)
-        return tuple(got[i] for i in self._take)
+        """The named fields, in the order given, from a buffer holding one record (replaced per
+        instance by the cheapest way for its field order)."""
+        raise NotImplementedError
 
 
 #: records of each kind whose raw decoding is compared with cupti-python's attributes
@@ -227,6 +248,29 @@ def memory_record(act: Any, clock: Clock, pending: dict[int, tuple[str | None, l
     return rec
 
 
+def memory_line(f: tuple[int, ...], clock: Clock, pid: int, nodeid: str | None, stack: str | None) -> str | None:
+    """:func:`memory_record` as a line (no newline), from :data:`MEM_FIELDS` values in order: the
+    activity route writes a whole buffer's records this way, without a dict or the encoder per
+    record. ``stack`` is encoded JSON. Pure."""
+    (_kind, op, mkind, cid, address, nbytes, ts, dev, stream, is_async, ptype, paddr) = f
+    if op != OP_ALLOCATION and op != OP_RELEASE:
+        return None
+    wall0 = round(clock.wall * 1e9)
+    mono0 = round(clock.mono * 1e9)
+    line = (f'{{"event":"{EVENT_ALLOC if op == OP_ALLOCATION else EVENT_FREE}","t":{wall0 + ts - clock.cupti_ns}e-9,'
+            f'"t_mono":{mono0 + ts - clock.cupti_ns}e-9,"pid":{pid},"nodeid":{"null" if nodeid is None else _json_s(nodeid)},'
+            f'"source":"{NAME}","address":{address},"kind":"{KIND_DEVICE}",'
+            f'"{"size" if op == OP_ALLOCATION else "size_released"}":{nbytes},'
+            f'"memory_kind":"{MEMORY_KINDS.get(mkind, "unknown")}","correlation_id":{cid},'
+            f'"device_id":{dev},"stream_id":{stream}')
+    if is_async:
+        line += ',"async":true'
+    ptype_name = POOL_TYPES.get(ptype)
+    if ptype_name:
+        line += f',"pool":{{"type":"{ptype_name}","address":{paddr}}}'
+    return line + (f',"stack":{stack}}}' if stack else "}")
+
+
 def callback_record(function_name: str, symbol_name: str | None, entering: bool,
                     correlation_id: int | None) -> tuple[str, dict[str, Any]] | None:
     """(event, fields) for a driver-API callback, or None for calls not recorded. Pure.
@@ -240,6 +284,56 @@ def callback_record(function_name: str, symbol_name: str | None, entering: bool,
     if not entering and function_name in SYNC_APIS:
         return EVENT_SYNC, {"what": SYNC_APIS[function_name], "api": function_name}
     return None
+
+
+#: the kernel activity fields read (the grid and block ones when the dtype has them)
+KERNEL_FIELDS = ("kind", "correlation_id", "start", "end", "name", "device_id", "stream_id",
+                 "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+KERNEL_REQUIRED = ("kind", "correlation_id", "start", "end", "name")
+
+
+def kernel_dtype(cupti: Any) -> Any:
+    """cupti-python's dtype of the kernel activity record (the newest ``activity_kernelN_dtype``:
+    the record version the matching libcupti writes), or None."""
+    best: tuple[int, Any] | None = None
+    for name in dir(cupti):
+        m = re.fullmatch(r"activity_kernel(\d+)_dtype", name)
+        if m and (best is None or int(m.group(1)) > best[0]):
+            best = (int(m.group(1)), getattr(cupti, name))
+    return best[1] if best else None
+
+
+def kernel_line(f: dict[str, Any], clock: Clock, pid: int, nodeid_at: Callable[[int], str | None],
+                estimate_ns: int) -> tuple[str, int]:
+    """(a launch line without newline, its wall time in ns) for one kernel activity record's
+    fields (names of :data:`KERNEL_FIELDS`; ``name`` already a str); ``nodeid_at(t_ns)`` is the
+    test running then. Pure given that.
+
+    A kernel the fault swallowed has start 0: it gets ``estimate_ns`` and ``t_estimated``.
+    """
+    start, end = int(f.get("start") or 0), int(f.get("end") or 0)
+    wall0 = round(clock.wall * 1e9)
+    t = estimate_ns if not start else wall0 + (start - clock.cupti_ns)
+    nid = nodeid_at(t)
+    line = (f'{{"event":"launch","t":{t}e-9,"pid":{pid},"nodeid":{"null" if nid is None else _json_s(nid)},"source":"{NAME}",'
+            f'"kernel":{_json_s(f.get("name") or "<unknown>")},"via":"activity","correlation_id":{int(f["correlation_id"])}')
+    if start and end:
+        line += f',"t_end":{wall0 + (end - clock.cupti_ns)}e-9'
+    if not start:
+        line += ',"t_estimated":true'
+    if "grid_x" in f:
+        line += (f',"grid":[{f["grid_x"]},{f["grid_y"]},{f["grid_z"]}]'
+                 f',"block":[{f["block_x"]},{f["block_y"]},{f["block_z"]}]')
+    for k in ("device_id", "stream_id"):
+        if k in f:
+            line += f',"{k}":{int(f[k])}'
+    return line + "}", t
+
+
+def _json_s(s: str) -> str:
+    from json.encoder import encode_basestring_ascii
+
+    return encode_basestring_ascii(s)
 
 
 def _failed(result_ptr: Any) -> bool:
@@ -279,8 +373,10 @@ class CuptiSource:
 
     name = NAME
 
-    def __init__(self, writer: LedgerWriter, say: Callable[[str], None]) -> None:
-        self.cupti = _import()
+    def __init__(self, writer: LedgerWriter, say: Callable[[str], None], launches: str | None = None) -> None:
+        self.cupti = self.module = _import()
+        #: ``callback``: a launch line per launch callback; ``activity``: from kernel activity records
+        self.launches = launches or writer.route.launches
         from faulthunt.ledger.cupti_direct import direct
 
         # the hot paths through ctypes (see cupti_direct); cupti-python's route if that fails
@@ -324,6 +420,22 @@ class CuptiSource:
         self._cbraw = self._raw_struct("callback_data_dtype", CB_FIELDS)
         self._memraw = self._raw_struct("activity_memory4_dtype", MEM_FIELDS)
         self._checks = {"callback": RAW_CHECKS, "memory": RAW_CHECKS}
+        self._kinds: tuple[int, ...] = ()
+        self._kraw: RawStruct | None = None
+        #: wall ns of the last successful synchronization and the last kernel end seen: the time
+        #: given to a kernel whose record has none (the one a fault swallowed)
+        self._last_ok_sync = 0
+        self._last_kernel_end = 0
+        if self.launches == "activity":
+            self._kinds = tuple(int(getattr(c.ActivityKind, k)) for k in ("CONCURRENT_KERNEL", "KERNEL")
+                                if hasattr(c.ActivityKind, k))
+            kd = kernel_dtype(self.module)
+            names = tuple(n for n in KERNEL_FIELDS if kd is not None and kd.fields and n in kd.fields)
+            if kd is None or not set(KERNEL_REQUIRED) <= set(names) or not self._kinds:
+                self.launches = "callback"
+                self._activity_problem = "cupti-python has no usable kernel activity dtype"
+            else:
+                self._kraw = RawStruct(kd, names)
 
     def _raw_struct(self, dtype_name: str, names: tuple[str, ...]) -> RawStruct | None:
         dtype = getattr(self.cupti, dtype_name, None)
@@ -376,9 +488,79 @@ class CuptiSource:
                 return f if f.kind == self._memory2 else None
         return act if act.kind == self._memory2 else None
 
-    def _buffer_completed(self, activities: list[Any]) -> None:
+    def _kernel_fields(self, act: Any) -> dict[str, Any] | None:
+        """The kernel record's fields (from its bytes, or cupti-python's attributes), or None when
+        ``act`` is not a kernel record."""
+        data = getattr(act, "_data", None)
+        if data is not None and self._kraw is not None:
+            kind = struct.unpack_from("<i", data)[0]
+            if kind not in self._kinds:
+                return None
+            f = dict(zip(self._kraw.names, self._kraw.unpack(data)))
+            f["name"] = ctypes.string_at(f["name"]).decode("utf-8", "replace") if f["name"] else None
+            return f
+        if int(getattr(act, "kind", -1)) not in self._kinds:
+            return None
+        return {n: getattr(act, n) for n in KERNEL_FIELDS if hasattr(act, n)}
+
+    def _kernel(self, f: dict[str, Any], put: bool = True) -> str:
+        # a kernel the fault swallowed was launched after all of these (see kernel_line)
+        changed = round((self.writer.test_changed_at() or 0) * 1e9)
+        est = max(self._last_ok_sync, self._last_kernel_end, changed) + 1
+        line, _t = kernel_line(f, self.clock, self.pid, lambda t: self.writer.test_at(t / 1e9), est)
+        if f.get("start") and f.get("end"):
+            end = round(self.clock.wall * 1e9) + int(f["end"]) - self.clock.cupti_ns
+            self._last_kernel_end = max(self._last_kernel_end, end)
+        if put:
+            self.writer.put_line(line)
+            self.records += 1
+        return line
+
+    def _buffer_lines(self, activities: list[Any]) -> bool:
+        """The activity route's decoding: every record of a buffer read from its bytes, formatted
+        as a line and written in one put. False when the records have no bytes (cupti-python's
+        objects): the general path below then does it record by record."""
+        memraw, kraw = self._memraw, self._kraw
+        if memraw is None or kraw is None or not activities or getattr(activities[0], "_data", None) is None:
+            return False
+        lines = []
+        unpack_kind = struct.Struct("<i").unpack_from
+        mem2, kinds, clock, pid, pending, lock = self._memory2, self._kinds, self.clock, self.pid, self.pending, self._lock
+        test_at = self.writer.test_at
         for act in activities:
             try:
+                data = act._data
+                kind = unpack_kind(data)[0]
+                if kind == mem2:
+                    f = memraw.unpack(data)
+                    with lock:
+                        nodeid, stack = pending.pop(f[3], (None, None))
+                    if nodeid is None:
+                        nodeid = test_at((round(clock.wall * 1e9) + f[6] - clock.cupti_ns) / 1e9)
+                    line = memory_line(f, clock, pid, nodeid, stack)
+                    if line is not None:
+                        lines.append(line)
+                elif kind in kinds:
+                    kf = self._kernel_fields(act)
+                    if kf is not None:
+                        lines.append(self._kernel(kf, put=False))
+            except Exception as exc:  # never raise into CUPTI's thread
+                print(f"faulthunt ledger: bad CUPTI record: {exc!r}", file=sys.stderr)
+        if lines:
+            self.writer.put_line("\n".join(lines))
+            self.records += len(lines)
+        return True
+
+    def _buffer_completed(self, activities: list[Any]) -> None:
+        if self._kinds and self._buffer_lines(activities):
+            return
+        for act in activities:
+            try:
+                if self._kinds:
+                    kf = self._kernel_fields(act)
+                    if kf is not None:
+                        self._kernel(kf)
+                        continue
                 fields = self._memory_fields(act)
                 if fields is None:
                     continue
@@ -400,6 +582,8 @@ class CuptiSource:
         try:
             with self._flush_lock:
                 self.cupti.activity_flush_all(self._forced)
+            if self.writer.route.deferred:
+                self.writer.drain()
         except Exception as exc:
             # Said once; the background flush still runs.
             if self.flush_on_launch:
@@ -434,14 +618,20 @@ class CuptiSource:
                 site, sym, cid = cbdata.callback_site, None, cbdata.correlation_id
             entering = site == self._enter
             if kind == _ALLOC or kind == _FREE:
-                if entering:
-                    stack = (stack_json() if (self.writer.alloc_stacks if kind == _ALLOC
-                                              else self.writer.all_stacks) else None)
-                    with self._lock:
-                        if len(self.pending) >= MAX_PENDING:
-                            self.pending.pop(next(iter(self.pending)))
-                        self.pending[cid] = (context.current_nodeid, stack)
-                    self.dirty = True
+                if not entering:
+                    # an allocation call that failed may be reporting a fault's sticky error
+                    if self.launches == "activity" and _failed(retp if raw is not None else
+                                                               getattr(cbdata, "function_return_value", 0)):
+                        self._flush_forced("api error")
+                    return
+                stack = (stack_json() if (self.writer.alloc_stacks if kind == _ALLOC
+                                          else self.writer.all_stacks)
+                         and not (self.launches == "activity" and refining()) else None)
+                with self._lock:
+                    if len(self.pending) >= MAX_PENDING:
+                        self.pending.pop(next(iter(self.pending)))
+                    self.pending[cid] = (context.current_nodeid, stack)
+                self.dirty = True
                 return
             if kind == _LAUNCH:
                 if not entering:
@@ -464,13 +654,15 @@ class CuptiSource:
                                        stack=stack_json() if self.writer.all_stacks else None)
                 return
             if not entering:  # _SYNC: on return; a fault is reported here, so flush first
-                if self.dirty and (self.flush_on_launch or _failed(retp if raw is not None else
-                                                                   getattr(cbdata, "function_return_value", 0))
-                                   or time.monotonic() - self._last_flush >= FLUSH_GAP):
+                bad = _failed(retp if raw is not None else getattr(cbdata, "function_return_value", 0))
+                if (self.dirty or self._always) and (self.flush_on_launch or bad
+                                                     or time.monotonic() - self._last_flush >= FLUSH_GAP):
                     self._flush_forced("sync")
                 got = callback_record(self._cbnames.get(cbid) or cbdata.function_name, None, False, None)
                 if got is not None:
-                    self.writer.record(got[0], NAME, **got[1])
+                    rec = self.writer.record(got[0], NAME, **got[1], failed=True if bad else None)
+                    if not bad:
+                        self._last_ok_sync = round(rec["t"] * 1e9)
         except Exception as exc:
             print(f"faulthunt ledger: CUPTI callback failed: {exc!r}", file=sys.stderr)
 
@@ -485,8 +677,22 @@ class CuptiSource:
             f"ledger: CUPTI calls direct (ctypes on cupti-python's libcupti, {getattr(c, 'path', '')})"
             if self.route == "direct" else
             f"ledger: CUPTI calls through cupti-python ({self.direct_problem})"))
+        if self.writer.route.launches == "activity":
+            if self.launches == "activity":
+                self.writer.record(EVENT_NOTE, NAME, message="ledger: launches from CUPTI kernel activity "
+                                   "records, attributed to the test running at their time")
+            else:
+                msg = f"ledger: launches from callbacks ({getattr(self, '_activity_problem', '')})"
+                self.say(msg)
+                self.writer.record(EVENT_NOTE, NAME, message=msg)
         c.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         c.activity_enable(c.ActivityKind.MEMORY2)
+        self.writer.cupti = NAME
+        if self.launches == "activity":
+            self.writer.follow_tests()
+            c.activity_enable(c.ActivityKind.CONCURRENT_KERNEL)
+            self._always = True  # nothing else says a kernel ran: flush on the period
+            self._flush_on_sigterm()
         params = c.SubscriberParams()
         params.struct_size = c.SUBSCRIBER_PARAMS_SIZE
         params.subscriber_name = "faulthunt-ledger"
@@ -507,7 +713,7 @@ class CuptiSource:
             self._always = True
         else:
             cbids = c.driver_api_trace_cbid
-            for api in LAUNCH_APIS + ALLOC_APIS + tuple(SYNC_APIS):
+            for api in (LAUNCH_APIS if self.launches == "callback" else ()) + ALLOC_APIS + tuple(SYNC_APIS):
                 cbid = getattr(cbids, api, None)
                 if cbid is None:
                     continue
@@ -517,6 +723,24 @@ class CuptiSource:
                 c.enable_callback(1, self.subscriber, c.CallbackDomain.DRIVER_API, cbid)
         self._flusher = threading.Thread(target=self._background, name="faulthunt-ledger-flush", daemon=True)
         self._flusher.start()
+
+    def _flush_on_sigterm(self) -> None:
+        """A SIGTERM (a supervisor ending the worker) flushes before the process goes, when nothing
+        else handles it. Fatal signals cannot run Python: the compiled routes cover those."""
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return
+
+            def on_term(signum: int, _frame: Any) -> None:
+                try:
+                    self._flush_forced("SIGTERM")
+                finally:
+                    signal.signal(signum, signal.SIG_DFL)
+                    os.kill(os.getpid(), signum)
+
+            signal.signal(signal.SIGTERM, on_term)
+        except ValueError:  # not the main thread
+            pass
 
     def flush(self) -> None:
         self._flush_forced("request")
@@ -531,10 +755,26 @@ class CuptiSource:
                 c.unsubscribe(self.subscriber)
                 self.subscriber = None
             c.activity_disable(c.ActivityKind.MEMORY2)
+            if self.launches == "activity":
+                c.activity_disable(c.ActivityKind.CONCURRENT_KERNEL)
 
 
-def start(writer: LedgerWriter, say: Callable[[str], None] = lambda m: None) -> CuptiSource:
-    """Start CUPTI recording into ``writer`` (raises if CUPTI will not start)."""
+def start(writer: LedgerWriter, say: Callable[[str], None] = lambda m: None) -> Any:
+    """Start CUPTI recording into ``writer`` on its route (raises if CUPTI will not start).
+
+    On a compiled route the compiled source is tried first; when it cannot be set up (no single
+    libcupti, a layout it cannot read) the reason is said and the Python source takes over.
+    """
+    if writer.route.compiled and writer._sink is not None:
+        from faulthunt.ledger import cupti_native
+
+        module = _import()
+        try:
+            return cupti_native.start(writer, module, say)
+        except Exception as exc:
+            msg = f"ledger: compiled CUPTI route unavailable ({exc}); CUPTI through Python"
+            say(msg)
+            writer.record(EVENT_NOTE, NAME, message=msg)
     src = CuptiSource(writer, say)
     src.start()
     return src

@@ -52,8 +52,12 @@ def make_hook(base: type, writer: LedgerWriter) -> Any:
     """An instance of a ``base`` (cupy.cuda.MemoryHook) subclass writing to ``writer``.
 
     Its methods take CuPy's keywords by name (cheaper than collecting ``**kw``: they run on every
-    array allocation and free) and write through the writer's hot paths.
+    array allocation and free) and write through the writer's hot paths. Off the ``python`` route
+    the block methods (every array's malloc and free) format their fields inline
+    (:func:`make_lean_hook`): the same records, less Python per event.
     """
+    if writer.route.name != "python":
+        return make_lean_hook(base, writer)
     alloc, free = writer.alloc, writer.free
 
     def put(got: tuple[str, int, int, str, str] | None) -> None:
@@ -81,6 +85,46 @@ def make_hook(base: type, writer: LedgerWriter) -> Any:
             put(hook_record("free", device_id, 0, mem_size, mem_ptr))
 
     return LedgerHook()
+
+
+def make_lean_hook(base: type, writer: LedgerWriter) -> Any:
+    """:func:`make_hook` with the translation of :func:`hook_record` inlined in each method (CuPy
+    passes ints; anything else is left to :func:`hook_record`, which says null)."""
+    alloc, free = writer.alloc, writer.free
+    alloc_stacks, all_stacks = writer.alloc_stacks, writer.all_stacks
+
+    class LeanLedgerHook(base):  # type: ignore[misc, valid-type]
+        name = "faulthunt_ledger"
+
+        def alloc_postprocess(self, device_id: Any = None, mem_size: Any = 0, mem_ptr: Any = 0,
+                              **_: Any) -> None:
+            got = hook_record("alloc", device_id, 0, mem_size, mem_ptr)
+            if got is not None:
+                alloc(NAME, got[1], got[2], got[3], stack_json() if alloc_stacks else None, got[4])
+
+        def malloc_postprocess(self, device_id: Any = None, size: Any = 0, mem_size: Any = 0,
+                               mem_ptr: Any = 0, pmem_id: Any = None, **_: Any) -> None:
+            if type(mem_ptr) is int and type(mem_size) is int and type(size) is int and type(device_id) is int:
+                if mem_ptr:
+                    alloc(NAME, mem_ptr, size or mem_size, KIND_BLOCK, stack_json() if alloc_stacks else None,
+                          f',"rounded_size":{mem_size},"device_id":{device_id}')
+                return
+            got = hook_record("malloc", device_id, size, mem_size, mem_ptr)
+            if got is not None:
+                alloc(NAME, got[1], got[2], got[3], stack_json() if alloc_stacks else None, got[4])
+
+        def free_postprocess(self, device_id: Any = None, mem_size: Any = 0, mem_ptr: Any = 0,
+                             pmem_id: Any = None, **_: Any) -> None:
+            if type(mem_ptr) is int and type(device_id) is int:
+                if mem_ptr:
+                    free(NAME, mem_ptr, KIND_BLOCK, None, stack_json() if all_stacks else None,
+                         f',"device_id":{device_id}')
+                return
+            got = hook_record("free", device_id, 0, mem_size, mem_ptr)
+            if got is not None:
+                free(NAME, got[1], got[3], None, stack_json() if all_stacks else None, got[4])
+
+    return LeanLedgerHook()
 
 
 class CupySource:

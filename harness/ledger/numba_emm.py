@@ -37,9 +37,17 @@ def _address(handle: Any) -> int | None:
 def make_manager_class(base: type, writer: LedgerWriter) -> type:
     """A subclass of numba EMM class ``base`` that records allocations and both kinds of free."""
 
+    # around numba's own driver allocation: CUPTI's callback then leaves the stack to this record
+    enter, leave = writer.refine_marks()
+
     class LedgerMemoryManager(base):  # type: ignore[misc, valid-type]
         def initialize(self) -> None:
             super().initialize()
+            if writer.route.name != "python" and writer.cupti is not None:
+                # CUPTI's MEMORY2 release record of the queued cuMemFree is the driver free: the
+                # replay annotates the life the Python-level free closed (free_completed_t), as it
+                # would with the completed record below, so that record is not written twice
+                return
             dealloc = getattr(self, "deallocations", None)
             add = getattr(dealloc, "add_item", None)
             if add is None or getattr(add, "_faulthunt", False):
@@ -60,7 +68,14 @@ def make_manager_class(base: type, writer: LedgerWriter) -> type:
             dealloc.add_item = add_item
 
         def memalloc(self, size: int) -> Any:
-            mem = super().memalloc(size)
+            if enter is None:
+                mem = super().memalloc(size)
+            else:
+                enter()
+                try:
+                    mem = super().memalloc(size)
+                finally:
+                    leave()
             addr = _address(mem)
             if addr is None:
                 return mem

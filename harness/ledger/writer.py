@@ -18,6 +18,9 @@ dictionary lookups, not formatting and escaping. Which records carry stacks is :
 
 from __future__ import annotations
 
+import bisect
+import collections
+import functools
 import json
 import mmap
 import os
@@ -26,6 +29,7 @@ import threading
 import time
 import weakref
 from json.encoder import encode_basestring_ascii as _esc
+from collections.abc import Callable
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
@@ -86,8 +90,43 @@ def python_stack(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> li
     return out
 
 
-def stack_json(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> RawJSON:
-    """:func:`python_stack` as encoded JSON, cached per distinct (code, line) sequence."""
+def _stack_json_by_offset(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> RawJSON:
+    """:func:`python_stack` as encoded JSON, cached per distinct (code, instruction offset)
+    sequence.
+
+    Keyed by ``f_lasti``, not ``f_lineno``: a frame's line number is computed from the code's
+    line table, walked from its start on every read (CPython 3.11+), so a stack through a large
+    framework function cost tens of microseconds; the offset is a field. Line numbers are worked
+    out once, when a stack is first seen.
+    """
+    f = start = frame if frame is not None else sys._getframe(1)
+    _make_room()
+    key: list[int] = []
+    codes = _codes
+    n = 0
+    while f is not None and n < limit:
+        code = f.f_code
+        got = codes.get(id(code))
+        if got is None:
+            _skipped(code)
+            got = codes[id(code)]
+        if not got[1]:
+            key.append(id(code))
+            key.append(f.f_lasti)
+            n += 1
+        f = f.f_back
+    k = tuple(key)
+    stack = _stack_cache.get(k)
+    if stack is None:
+        if len(_stack_cache) >= _CACHE_MAX:
+            _stack_cache.clear()
+        stack = _stack_cache[k] = RawJSON(json.dumps(python_stack(start, limit)))
+    return stack
+
+
+def _stack_json_by_line(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> RawJSON:
+    """The same, cached per (code, line) sequence: the earlier key, kept for comparisons
+    (``FAULTHUNT_LEDGER_STACK_KEY=line``)."""
     f = frame if frame is not None else sys._getframe(1)
     _make_room()
     key: list[int] = []
@@ -104,15 +143,20 @@ def stack_json(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> RawJ
             key.append(f.f_lineno)
             n += 1
         f = f.f_back
-    k = tuple(key)
+    k = ("line",) + tuple(key)
     stack = _stack_cache.get(k)
     if stack is None:
         if len(_stack_cache) >= _CACHE_MAX:
             _stack_cache.clear()
         stack = _stack_cache[k] = RawJSON("[" + ",".join(
             _esc(f"{codes[k[i]][0].co_filename}:{k[i + 1]} in {codes[k[i]][0].co_name}")
-            for i in range(0, len(k), 2)) + "]")
+            for i in range(1, len(k), 2)) + "]")
     return stack
+
+
+#: ``offset`` (default) or ``line``: what the stack cache is keyed by (see _stack_json_by_offset)
+STACK_KEY_ENV = "FAULTHUNT_LEDGER_STACK_KEY"
+stack_json = _stack_json_by_line if os.environ.get(STACK_KEY_ENV) == "line" else _stack_json_by_offset
 
 
 #: the C encoder, compact, no circularity check (records are flat and built here)
@@ -150,16 +194,40 @@ def _finite(rec: dict[str, Any]) -> dict[str, Any]:
             for k, v in rec.items()}
 
 
+#: allocations a framework refinement is making (and recording, with its stack), per thread: on the
+#: activity route the CUPTI callback then takes no stack of its own (the compiled route keeps the
+#: same count in C: fl_refine)
+_refine = threading.local()
+
+
+def refining() -> int:
+    return getattr(_refine, "depth", 0)
+
+
+def _refine_enter() -> None:
+    _refine.depth = getattr(_refine, "depth", 0) + 1
+
+
+def _refine_leave() -> None:
+    _refine.depth -= 1
+
+
 def stack_mode() -> str:
     """The stack policy from :data:`STACKS_ENV` (unknown values mean the default, ``alloc``)."""
     m = os.environ.get(STACKS_ENV, "alloc")
     return m if m in STACK_MODES else "alloc"
 
 
-#: ``mmap`` (default): records are copied into a shared mapping of the file (no system call per
-#: record; the kernel keeps the pages when the process dies); ``write``: one ``write(2)`` per record
+#: ``mmap`` (default on the Python routes): records are copied into a shared mapping of the file
+#: (no system call per record; the kernel keeps the pages when the process dies); ``native`` (the
+#: default on the compiled routes): the same mapping, kept by the compiled library, which writes its
+#: own CUPTI records there too; ``write``: one ``write(2)`` per record
 WRITE_ENV = "FAULTHUNT_LEDGER_WRITE"
-BACKENDS = ("mmap", "write")
+BACKENDS = ("native", "mmap", "write")
+#: seconds between drains of the queued records of the ``activity`` route
+DRAIN_GAP = 0.1
+#: test changes kept for finding the test at a time (activity records arrive after the fact)
+HISTORY = 4096
 #: bytes mapped (and reserved on disk) at a time by the mmap backend
 CHUNK = 4 << 20
 
@@ -228,7 +296,14 @@ class LedgerWriter:
     file (the pages belong to the kernel's page cache, not the process). The unused reserve past
     the last line reads as NUL bytes until :meth:`close` (or :func:`seal`) cuts it; the readers skip
     it. ``write`` (also chosen when ``fsync`` is asked or the reserve cannot be made) issues one
-    ``write(2)`` per line on an ``O_APPEND`` descriptor.
+    ``write(2)`` per line on an ``O_APPEND`` descriptor. ``native`` is ``mmap`` done by the
+    compiled library (:mod:`.native`): its CUPTI callback and activity decoding write into the same
+    mapping, under the same lock, as this writer's own lines.
+
+    ``route`` (:mod:`.route`, default: the environment's) picks the backend when none is given, and
+    on the ``activity`` route the refinements' hot paths (:meth:`alloc`, :meth:`free`) queue their
+    records for a drain every :data:`DRAIN_GAP` seconds (and at every forced CUPTI flush and at
+    close) instead of writing them at once.
 
     The hot paths :meth:`alloc`, :meth:`free` and :meth:`launch` format their line directly (the
     wall clock as integer nanoseconds with an ``e-9`` exponent: a JSON number that reads back as
@@ -238,7 +313,10 @@ class LedgerWriter:
     """
 
     def __init__(self, ledger_dir: Path | str, fsync: bool = False, stacks: str | None = None,
-                 backend: str | None = None) -> None:
+                 backend: str | None = None, route: Any = None) -> None:
+        from faulthunt.ledger.route import choose
+
+        self.route = route if route is not None else choose()
         self.ledger_dir = Path(ledger_dir)
         self._fsync = fsync
         self._lock = threading.Lock()
@@ -252,13 +330,24 @@ class LedgerWriter:
         self.stacks = stacks if stacks in STACK_MODES else stack_mode()
         self.alloc_stacks = self.stacks != "off"
         self.all_stacks = self.stacks == "all"
-        want = backend or os.environ.get(WRITE_ENV, "mmap")
+        want = backend or os.environ.get(WRITE_ENV) or ("native" if self.route.compiled else "mmap")
         self.backend = "write" if fsync or want not in BACKENDS else want
         self._nid_src: object = object()
         self._nid_json = "null"
         self._names: dict[str, str] = {}
+        self._sink: int | None = None
+        self._lib: Any = None
+        #: (wall time, nodeid) at each test change, when following tests (follow_tests)
+        self._hist_t: list[float] = []
+        self._hist_n: list[str | None] = []
+        self._following = False
+        #: the name of the CUPTI source recording driver-level allocations and frees into this
+        #: writer, once one started (refinements leave to it what it records)
+        self.cupti: str | None = None
         self._open()
         _writers.add(self)
+        if self.route.deferred:
+            self._defer()
 
     # opening, forking, closing -----------------------------------------------------------------
     def _open(self) -> None:
@@ -267,6 +356,19 @@ class LedgerWriter:
         self.ledger_dir.mkdir(parents=True, exist_ok=True)
         path = self.ledger_dir / f"{self._pid}.jsonl"
         why = None
+        if self.backend == "native":
+            lib = self.route.lib
+            if lib is None:
+                from faulthunt.ledger.native import load
+
+                lib = load()[0]
+            try:
+                if lib is None:
+                    raise OSError(self.route.why or "the compiled ledger library is not built")
+                self._open_native(path, lib)
+            except OSError as exc:
+                why = f"native backend unavailable ({exc}); mmap"
+                self.backend = "mmap"
         if self.backend == "mmap":
             try:
                 self._open_mmap(path)
@@ -279,24 +381,56 @@ class LedgerWriter:
         self.record("note", "ledger", t_mono=time.monotonic(),
                     message=f"ledger opened ({self.backend})" + (f": {why}" if why else ""))
 
+    @staticmethod
+    def _continue(fd: int, path: Path) -> tuple[int, bool]:
+        """(where to write next, whether a torn last line needs its newline) in a file that may
+        hold an earlier process's records (a reused pid): after its last byte."""
+        if not os.fstat(fd).st_size:
+            return 0, False
+        seal(path)
+        pos = os.fstat(fd).st_size
+        return pos, bool(pos) and os.pread(fd, 1, pos - 1) != b"\n"
+
     def _open_mmap(self, path: Path) -> None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            size = os.fstat(fd).st_size
-            pos = 0
-            if size:  # a file of an earlier process with this pid: continue after its last byte
-                seal(path)
-                pos = os.fstat(fd).st_size
+            pos, torn = self._continue(fd, path)
             self._fd = fd
             self._pos = pos
             self._map(pos - pos % CHUNK)
-            if pos and os.pread(fd, 1, pos - 1) != b"\n":
+            if torn:
                 self._put_mmap(b"\n")  # its torn last line stays a line of its own
         except BaseException:
             os.close(fd)
             self._fd = -1
             raise
         self._put = self._put_mmap
+
+    def _open_native(self, path: Path, lib: Any) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            pos, torn = self._continue(fd, path)
+            sink = lib.fl_sink_open(fd, pos, CHUNK, self._pid)
+            if not sink:
+                raise OSError(f"cannot map {path}")
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._sink, self._lib = fd, sink, lib
+        put = lib.fl_put
+
+        def put_native(data: bytes) -> None:
+            if put(sink, data, len(data)):
+                raise ValueError("ledger writer is closed")
+            self.records += 1
+
+        self._put = put_native
+        if torn:
+            put_native(b"\n")
+        # the library's thread faults in the pages the next lines go to, off the recording threads
+        lib.fl_use_sink(sink)
+        lib.fl_start_flusher()
+        self.follow_tests()
 
     def _map(self, offset: int) -> None:
         os.posix_fallocate(self._fd, offset, CHUNK)  # ENOSPC here, not SIGBUS later
@@ -318,10 +452,16 @@ class LedgerWriter:
     def _after_fork(self) -> None:
         # The child shares the parent's mapping: drop it (unmapping in the child leaves the
         # parent's untouched); the child's own file is made by its first record, so a forked
-        # child that records nothing leaves no file.
+        # child that records nothing leaves no file. A native sink is dead in the child already
+        # (the library's fork handler): forget it.
         self._lock = threading.Lock()
         self._reopen = threading.Lock()
+        if self.route.deferred:
+            self._q.clear()  # the parent's queue: the parent writes it
+            self._drain_lock = threading.Lock()
+            self._start_drainer()
         if self._fd >= 0:
+            self._sink = None
             self._unmap()
             os.close(self._fd)
             self._fd = -1
@@ -340,10 +480,19 @@ class LedgerWriter:
         return self.ledger_dir / f"{self._pid}.jsonl"
 
     def close(self) -> None:
+        if self.route.deferred:
+            self._drain_stop.set()
+            self.drain()
+        if self._following:
+            context.remove_listener(self._on_test)
+            self._following = False
         with self._lock:
             self._put = self._put_write  # which says "closed" from now on
             if self._fd < 0:
                 return
+            if self._sink is not None:
+                self._lib.fl_sink_close(self._sink)
+                self._sink = None
             if self._mm is not None:
                 self._mm.close()
                 self._mm = None
@@ -439,7 +588,106 @@ class LedgerWriter:
         if n is not self._nid_src:
             self._nid_src = n
             self._nid_json = _json_str(n)
+            if self._sink is not None:  # a test set without set_current: the C side learns it here
+                self._lib.fl_set_test(self._nid_json.encode(), len(self._nid_json))
         return self._nid_json
+
+    def refine_marks(self) -> tuple[Callable[[], Any] | None, Callable[[], Any] | None]:
+        """(enter, leave) for a refinement to call around its own allocation call, so that CUPTI's
+        callback does not take the same stack again; (None, None) on the ``python`` route, whose
+        CUPTI source always takes its own."""
+        if self._sink is not None:
+            return functools.partial(self._lib.fl_refine, 1), functools.partial(self._lib.fl_refine, -1)
+        if self.route.launches == "activity":
+            return _refine_enter, _refine_leave
+        return None, None
+
+    # the test at a time ---------------------------------------------------------------------------
+    def follow_tests(self) -> None:
+        """Keep the test running at each time from now on (:meth:`test_at`; the compiled library
+        keeps its own copy): records that arrive after the fact are attributed by their time."""
+        if self._following:
+            return
+        self._following = True
+        context.add_listener(self._on_test)
+        self._on_test(context.current_nodeid)
+
+    def _on_test(self, nodeid: str | None) -> None:
+        if len(self._hist_t) >= 2 * HISTORY:
+            del self._hist_t[:HISTORY], self._hist_n[:HISTORY]
+        self._hist_t.append(time.time())
+        self._hist_n.append(nodeid)
+        if self._sink is not None:
+            j = _json_str(nodeid)
+            self._lib.fl_set_test(j.encode(), len(j))
+
+    def test_changed_at(self) -> float | None:
+        """When the running test last changed (wall time), as followed; None before any."""
+        return self._hist_t[-1] if self._hist_t else None
+
+    def test_at(self, t: float) -> str | None:
+        """The test running at wall time ``t`` (as followed since :meth:`follow_tests`), else the
+        one running now."""
+        if not self._hist_t:
+            return context.current_nodeid
+        i = bisect.bisect_right(self._hist_t, t) - 1
+        return self._hist_n[i] if i >= 0 else None
+
+    # the activity route: refinements queue, a drain writes -------------------------------------
+    def _defer(self) -> None:
+        self._q: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._drain_lock = threading.Lock()
+        self.alloc = self._alloc_later  # type: ignore[method-assign]
+        self.free = self._free_later  # type: ignore[method-assign]
+        self._start_drainer()
+
+    def _start_drainer(self) -> None:
+        self._drain_stop = threading.Event()
+        threading.Thread(target=self._drain_loop, name="faulthunt-ledger-drain", daemon=True).start()
+
+    def _drain_loop(self) -> None:
+        while not self._drain_stop.wait(DRAIN_GAP):
+            try:
+                self.drain()
+            except ValueError:  # closed under us
+                return
+
+    def _alloc_later(self, source: str, address: int, size: int, kind: str, stack: str | None = None,
+                     tail: str = "") -> None:
+        if context.current_nodeid is not self._nid_src:
+            self._nid()
+        self._q.append((time.time_ns(), self._nid_json, source, address, size, kind, stack, tail))
+
+    def _free_later(self, source: str, address: int, kind: str, phase: str | None = None,
+                    stack: str | None = None, tail: str = "") -> None:
+        if context.current_nodeid is not self._nid_src:
+            self._nid()
+        self._q.append((time.time_ns(), self._nid_json, source, address, None, kind, stack,
+                        (f',"phase":"{phase}"' if phase else "") + tail))
+
+    def drain(self) -> int:
+        """Write every queued record now (one put); the number written."""
+        q = getattr(self, "_q", None)
+        if not q:
+            return 0
+        with self._drain_lock:
+            lines = []
+            pid = self._pid
+            pop = q.popleft
+            while True:
+                try:
+                    t, nid, src, addr, size, kind, stack, tail = pop()
+                except IndexError:
+                    break
+                lines.append(
+                    f'{{"event":"{"free" if size is None else "alloc"}","t":{t}e-9,"pid":{pid},"nodeid":{nid},'
+                    f'"source":"{src}","address":{addr}'
+                    + ("" if size is None else f',"size":{size}') + f',"kind":"{kind}"{tail}'
+                    + (f',"stack":{stack}}}\n' if stack else "}\n"))
+            if lines:
+                self._put("".join(lines).encode())
+                self.records += len(lines) - 1  # _put counted one
+            return len(lines)
 
     def record(self, event: str, source: str, *, t: float | None = None,
                t_mono: float | None = None, nodeid: Any = context, **fields: Any) -> dict[str, Any]:

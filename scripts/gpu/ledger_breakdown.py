@@ -1,126 +1,117 @@
 #!/usr/bin/env python3
-"""Where the ledger's time goes on an allocation-heavy loop (run by ledger_breakdown.sh on a GPU).
+"""The ledger's routes on the GPU: what each costs on an allocation-heavy loop, whether a dying
+worker keeps its last launches, and whether the planted faults still map (ledger_breakdown.sh).
 
-    python3 scripts/gpu/ledger_breakdown.py all OUTDIR           # every configuration, table + JSON
-    python3 scripts/gpu/ledger_breakdown.py loop FW CONFIG N DIR  # one timed loop (own process)
-    python3 scripts/gpu/ledger_breakdown.py fault DIR             # CUPTI kernel records of a faulting launch
+    python3 scripts/gpu/ledger_breakdown.py all OUTDIR                    # everything, < 6 min
+    python3 scripts/gpu/ledger_breakdown.py loop FW CONFIG N SAMPLES DIR   # one process's samples
+    python3 scripts/gpu/ledger_breakdown.py crash ROUTE HOW N DIR          # launches, then die
+    python3 scripts/gpu/ledger_breakdown.py fault DIR                      # CUPTI kernel records of a faulting launch
 
-The loop is ledger_probe.py's (alloc + launch + free, no synchronization inside: the CPU side of
-a test that churns small arrays). Each configuration switches on one more part, so the table reads
-as a cost breakdown: CUPTI activity alone, a CUPTI subscriber whose Python callback does nothing,
-the same reading the callback's fields, the full CUPTI source, a framework refinement alone, the
-default ``auto``, and the launch records taken from CUPTI activity buffers instead of callbacks.
-``hook_noop`` is CuPy's own cost of a registered ``MemoryHook`` whose methods do nothing.
-``fault`` answers the design question behind the last one: does CUPTI hand over a kernel record
-for a launch that faults (Xid 31), and with which name and times?
+Loops (ledger_probe.loop_runner: allocate + launch ``fill`` + free, no synchronization inside; CuPy,
+numba, cuda.core): every configuration of :data:`CONFIGS` in its own process, several samples a
+process, the processes interleaved over two rounds (the second in reverse order), so drift on the
+host lands on every configuration. A sample's ratio is against the ``off`` sample of the same
+round and index. ``current`` is the ``python`` route with the stack cache keyed by line, as the
+code measured before the routes were added; ``/cupti`` configurations leave the framework
+refinements out (CUPTI alone), which shows what CuPy's per-array hook costs on its own;
+``hook_noop`` is CuPy with a registered MemoryHook that does nothing and no ledger (CuPy's own
+dispatch of a hook, which no route can remove).
+
+Crash: a CuPy loop launches N kernels without synchronizing and then aborts (or is SIGKILLed);
+the ledger is counted for its launches of ``fill``.
+
+Verdicts: the planted faults of ledger_probe.py (Xid, memcheck, planted address), per route: all 16
+on ``native`` (the default route when the library is built), the CuPy, numba and cuda.core cases on
+``native-activity``, the wild writes on ``activity``; with the launches the mapping lists and those
+whose time the ledger estimated (the kernel a fault swallowed, on the activity routes).
+
+Writes to OUTDIR: summary.txt (the tables), loops.jsonl (every sample), probe.jsonl (every case),
+crash.json, errors.txt (stderr of any child that failed), ledgers.tgz (a few ledgers, cut).
 """
 
 from __future__ import annotations
 
-import cProfile
-import io
 import json
 import os
-import pstats
+import shutil
+import signal
+import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ledger_probe import SRC, timed_loop  # noqa: E402
+from ledger_probe import CASES, SRC, loop_runner, probe_case  # noqa: E402
 
-CONFIGS = ("off", "refine", "act_mem", "sub_noop_launch", "sub_fields_launch", "cupti", "auto",
-           "auto_py", "auto_nostack", "auto_write", "act_kernel", "writer3", "hook_noop")
-LAUNCH = ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz")
-OTHER = ("cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocAsync", "cuMemFreeAsync", "cuCtxSynchronize",
-         "cuStreamSynchronize")
-
-
-def _cupti_raw(config: str) -> dict:
-    """Set up the raw-CUPTI configurations (no faulthunt code on the path)."""
-    from cupti import cupti as c
-
-    seen = {"records": 0, "buffers": 0, "kernels": []}
-
-    def req():
-        return 8 * 1024 * 1024, 0
-
-    def done(acts):
-        seen["buffers"] += 1
-        seen["records"] += len(acts)
-
-    c.activity_register_callbacks(req, done)
-    c.activity_enable(c.ActivityKind.MEMORY2)
-    if config == "act_kernel":
-        c.activity_enable(c.ActivityKind.CONCURRENT_KERNEL)
-    if config.startswith("sub_"):
-        if config == "sub_fields_launch":
-            def cb(_u, _d, _cbid, data):
-                data.callback_site, data.correlation_id, data.symbol_name  # noqa: B018
-        else:
-            def cb(_u, _d, _cbid, data):
-                pass
-        params = c.SubscriberParams()
-        params.struct_size = c.SUBSCRIBER_PARAMS_SIZE
-        params.subscriber_name = "breakdown"
-        sub = c.subscribe_v2(cb, None, params.ptr)
-        apis = LAUNCH + (OTHER if config == "sub_noop_all" else ())
-        for api in apis:
-            cbid = getattr(c.driver_api_trace_cbid, api, None)
-            if cbid is not None:
-                c.enable_callback(1, sub, c.CallbackDomain.DRIVER_API, cbid)
-    seen["flush"] = lambda: c.activity_flush_all(int(c.ActivityFlag.FLUSH_FORCED))
-    return seen
+ROUTE = "FAULTHUNT_LEDGER_ROUTE"
+STACK_KEY = "FAULTHUNT_LEDGER_STACK_KEY"
+#: config -> (ledger mode, environment)
+CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
+    "off": ("off", {}),
+    "current": ("auto", {ROUTE: "python", STACK_KEY: "line"}),
+    "python": ("auto", {ROUTE: "python"}),
+    "activity": ("auto", {ROUTE: "activity"}),
+    "native": ("auto", {ROUTE: "native"}),
+    "native-activity": ("auto", {ROUTE: "native-activity"}),
+    "native/cupti": ("cupti", {ROUTE: "native"}),
+    "native-activity/cupti": ("cupti", {ROUTE: "native-activity"}),
+    # CuPy's own cost of a registered MemoryHook whose methods do nothing (no ledger)
+    "hook_noop": ("off", {}),
+}
+PER_FW = {"cupy": list(CONFIGS), "numba": [c for c in CONFIGS if c != "hook_noop"],
+          "cuda_core": ["off", "current", "native", "native-activity"]}
+N, SAMPLES, ROUNDS = 3000, 3, 2
+#: seconds from the start after which no new loop process / probe case starts
+LOOP_BUDGET, TOTAL_BUDGET = 190.0, 320.0
+PROBE_ROUTES = {
+    "native": [c for c in CASES],
+    "native-activity": [c for c in CASES if c[0] != "torch" and c[3] != "sanitizer"],
+    "activity": [c for c in CASES if c[1] == "wild" and c[0] != "torch"],
+}
+WORK = Path(os.environ.get("BREAKDOWN_WORK", "/tmp/ledger_breakdown"))
 
 
-def _three_records(writer):
-    """Three bare records an iteration, as the ledger writes them (the writer's own cost)."""
-    def each(ptr: int, nbytes: int, i: int) -> None:
-        writer.alloc("x", ptr, nbytes, "block")
-        writer.launch("x", "fill", "cuLaunchKernel", i)
-        writer.free("x", ptr, "block")
-    return each
+# --- children ---------------------------------------------------------------------------------
 
-
-def run_loop(fw: str, config: str, n: int, ledger_dir: str) -> None:
-    raw = None
-    writer = None
-    if config in ("refine", "cupti", "auto", "auto_py", "auto_nostack", "auto_write"):
-        if config == "auto_py":  # CUPTI through cupti-python's own callbacks and records
-            os.environ["FAULTHUNT_LEDGER_CUPTI_CALL"] = "python"
-        if config == "auto_nostack":
-            os.environ["FAULTHUNT_LEDGER_STACKS"] = "off"
-        if config == "auto_write":
-            os.environ["FAULTHUNT_LEDGER_WRITE"] = "write"
+def run_loop(fw: str, config: str, n: int, samples: int, ledger_dir: str) -> None:
+    mode, _env = CONFIGS[config]
+    info: dict = {}
+    if mode != "off":
         from faulthunt.ledger import install
 
-        install(Path(ledger_dir), {"refine": fw}.get(config, config.split("_")[0]), quiet=True)
-    elif config in ("act_mem", "act_kernel") or config.startswith("sub_"):
-        raw = _cupti_raw(config)
-    elif config == "hook_noop":  # CuPy's own cost of calling a memory hook that does nothing
-        if fw != "cupy":
-            print(json.dumps({"loop": fw, "config": config, "skipped": "CuPy only"}), flush=True)
-            return
+        h = install(Path(ledger_dir), mode, quiet=True)
+        if h is not None:
+            info = {"route": h.writer.route.name, "backend": h.writer.backend,
+                    "cupti": [type(s).__name__ for s in h.sources],
+                    "launches": next((s.launches for s in h.sources if hasattr(s, "launches")), None)}
+    if config == "hook_noop":
         import cupy
 
         cupy.cuda.MemoryHook().__enter__()
-    elif config == "writer3":
-        from faulthunt.ledger.writer import LedgerWriter
+    run = loop_runner(fw)
+    got = [run(n) for _ in range(samples)]
+    print(json.dumps({"loop": fw, "config": config, "n": n, "samples": got, **info}), flush=True)
 
-        writer = LedgerWriter(ledger_dir)
-    prof = cProfile.Profile() if os.environ.get("BREAKDOWN_PROFILE") else None
-    seconds = timed_loop(fw, n, _three_records(writer) if writer is not None else None, prof)
-    if prof:
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
-        Path(ledger_dir).mkdir(parents=True, exist_ok=True)
-        (Path(ledger_dir) / "profile.txt").write_text(s.getvalue())
-    extra = {}
-    if raw is not None:
-        raw["flush"]()
-        extra = {"cupti_records": raw["records"], "cupti_buffers": raw["buffers"]}
-    print(json.dumps({"loop": fw, "config": config, "n": n, "seconds": seconds, **extra}), flush=True)
+
+def run_crash(route: str, how: str, n: int, ledger_dir: str) -> None:
+    """Install the ledger on ``route``, launch ``n`` fills (no synchronization), die ``how``."""
+    os.environ[ROUTE] = route
+    from faulthunt.ledger import install
+
+    install(Path(ledger_dir), "cupti", quiet=True)
+    import cupy as cp
+
+    fill = cp.RawModule(code=SRC).get_function("fill")
+    a = cp.empty(1 << 20, dtype=cp.float32)
+    cp.cuda.runtime.deviceSynchronize()
+    for _ in range(n):
+        fill((4096,), (256,), (a, cp.int64(a.size)))
+    print(json.dumps({"launched": n, "pid": os.getpid()}), flush=True)
+    if how == "abort":
+        os.abort()
+    time.sleep(30)  # the parent sends SIGKILL
 
 
 def run_fault(out: str) -> None:
@@ -152,83 +143,221 @@ def run_fault(out: str) -> None:
     a = cp.zeros(1 << 20, dtype=cp.float32)
     fill((64,), (256,), (a, cp.int64(a.size)))
     cp.cuda.runtime.deviceSynchronize()
-    t_before = c.get_timestamp()
     err = None
     try:
         poke((1,), (32,), (a, cp.int64(1 << 36)))
         cp.cuda.runtime.deviceSynchronize()
     except Exception as exc:
         err = repr(exc)
-    try:
-        c.activity_flush_all(int(c.ActivityFlag.FLUSH_FORCED))
-    except Exception as exc:
-        got.append({"flush_error": repr(exc)})
+    c.activity_flush_all(int(c.ActivityFlag.FLUSH_FORCED))
     Path(out).mkdir(parents=True, exist_ok=True)
-    res = {"error": err, "t_before_fault": t_before, "records": got[-12:], "n_records": len(got),
-           "poke_kernel_records": [g for g in got if g.get("kind") == "kernel" and "poke" in str(g.get("name"))]}
+    res = {"error": err, "records": got[-12:], "n_records": len(got)}
     (Path(out) / "fault_records.json").write_text(json.dumps(res, indent=2, default=str))
     print(json.dumps(res, default=str))
 
 
-def run_all(out: Path) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    rows = []
-    for fw in ("cupy", "numba"):
-        best: dict[str, float] = {}
-        info: dict[str, dict] = {}
-        for rep in range(2):
-            for cfg in CONFIGS:
-                if rep and cfg not in ("off", "auto"):
-                    continue
-                if time.monotonic() - t0 > 300:
-                    break
-                d = out / "ledgers" / f"{fw}_{cfg}_{rep}"
-                p = subprocess.run([sys.executable, __file__, "loop", fw, cfg, "3000", str(d)],
-                                   capture_output=True, text=True, timeout=90)
-                line = next((ln for ln in p.stdout.splitlines() if ln.startswith("{")), None)
-                if line is None:
-                    (out / f"{fw}_{cfg}.err.txt").write_text(p.stdout + p.stderr)
-                    continue
-                r = json.loads(line)
-                if "skipped" in r:
-                    continue
-                info[cfg] = r
-                best[cfg] = min(best.get(cfg, 1e9), r["seconds"])
-        for cfg in CONFIGS:
-            if cfg in best and "off" in best:
-                rows.append({"loop": fw, "config": cfg, "seconds": best[cfg], "ratio": best[cfg] / best["off"],
-                             "us_per_iter_added": (best[cfg] - best["off"]) / 3000 * 1e6,
-                             **{k: v for k, v in info[cfg].items() if k.startswith("cupti_")}})
-        # one profiled run of auto: which Python functions take the time
-        env = {**os.environ, "BREAKDOWN_PROFILE": "1"}
-        subprocess.run([sys.executable, __file__, "loop", fw, "auto", "3000", str(out / f"profile_{fw}")],
-                       capture_output=True, text=True, timeout=90, env=env)
-    # what the auto ledgers hold: every launch and allocation of the loop, and any fallback note
-    from faulthunt.ledger.reader import read_ledger_file
+# --- the whole run ------------------------------------------------------------------------------
 
-    held = {}
-    for f in sorted((out / "ledgers").glob("*_auto_0/*.jsonl")):
-        recs = read_ledger_file(f).records
-        counts: dict = {}
-        for r in recs:
-            key = f"{r['event']}:{r.get('source')}"
-            counts[key] = counts.get(key, 0) + 1
-        held[f.parent.name] = {"counts": counts, "notes": [r.get("message") for r in recs if r["event"] == "note"]}
-    (out / "auto_ledgers.json").write_text(json.dumps(held, indent=2) + "\n")
-    print(json.dumps(held, indent=1))
-    (out / "breakdown.json").write_text(json.dumps(rows, indent=2) + "\n")
-    p = subprocess.run([sys.executable, __file__, "fault", str(out)], capture_output=True, text=True, timeout=60)
-    (out / "fault.txt").write_text(p.stdout + p.stderr)
-    print(f"{'loop':6} {'config':18} {'seconds':>8} {'ratio':>7} {'+us/iter':>9}")
-    for r in rows:
-        print(f"{r['loop']:6} {r['config']:18} {r['seconds']:8.3f} {r['ratio']:7.2f} {r['us_per_iter_added']:9.1f}")
+class Run:
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.t0 = time.monotonic()
+        self.errors: list[str] = []
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(WORK, ignore_errors=True)
+        WORK.mkdir(parents=True)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def child(self, args: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str]:
+        full = {**os.environ, **env}
+        try:
+            # -X faulthandler: a child that crashes leaves its Python stack in errors.txt
+            p = subprocess.run([sys.executable, "-X", "faulthandler", __file__, *args], capture_output=True,
+                               text=True, timeout=timeout, env=full)
+            rc, so, se = p.returncode, p.stdout, p.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, so, se = 124, str(exc.stdout or ""), "timeout"
+        if rc != 0:
+            self.errors.append(f"--- {' '.join(args)} (rc {rc})\n{se[-3000:]}")
+        return rc, so, se
+
+    # loops ----------------------------------------------------------------------------------
+    def loops(self) -> list[dict]:
+        plan = [(fw, cfg) for fw, cfgs in PER_FW.items() for cfg in cfgs]
+        got: list[dict] = []
+        for rnd in range(ROUNDS):
+            for fw, cfg in (plan if rnd % 2 == 0 else plan[::-1]):
+                if self.elapsed() > LOOP_BUDGET:
+                    got.append({"loop": fw, "config": cfg, "round": rnd, "skipped": "time budget"})
+                    continue
+                d = WORK / "loops" / f"{fw}_{cfg.replace('/', '_')}_{rnd}"
+                rc, so, _se = self.child(["loop", fw, cfg, str(N), str(SAMPLES), str(d)], CONFIGS[cfg][1], 120)
+                line = next((x for x in so.splitlines() if x.startswith("{")), None)
+                rec = {"loop": fw, "config": cfg, "round": rnd, "rc": rc}
+                if line:
+                    rec.update(json.loads(line))
+                if rnd == 0 and d.is_dir():
+                    rec["records"] = _counts(d)
+                got.append(rec)
+                print(f"[{self.elapsed():5.0f}s] {fw:9} {cfg:22} {rec.get('samples')}", flush=True)
+        with open(self.out / "loops.jsonl", "w") as fh:
+            for r in got:
+                fh.write(json.dumps(r) + "\n")
+        return got
+
+    # crash ----------------------------------------------------------------------------------
+    def crashes(self) -> list[dict]:
+        got = []
+        for route, how in (("native", "abort"), ("native-activity", "abort"), ("native-activity", "SIGKILL"),
+                           ("activity", "abort"), ("python", "abort")):
+            d = WORK / "crash" / f"{route}_{how}"
+            n = 500
+            if how == "SIGKILL":
+                p = subprocess.Popen([sys.executable, __file__, "crash", route, how, str(n), str(d)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, ROUTE: route})
+                first = p.stdout.readline() if p.stdout else ""
+                p.send_signal(signal.SIGKILL)
+                p.wait(30)
+                rc = p.returncode
+            else:
+                rc, so, _ = self.child(["crash", route, how, str(n), str(d)], {ROUTE: route}, 60)
+                first = so
+            launched = "launched" in first
+            fills = _fills(d)
+            got.append({"route": route, "how": how, "rc": rc, "launched": n if launched else None,
+                        "fill_launches_in_ledger": fills})
+            print(f"[{self.elapsed():5.0f}s] crash {route:16} {how:8} launched {n}, in the ledger {fills}",
+                  flush=True)
+        (self.out / "crash.json").write_text(json.dumps(got, indent=1) + "\n")
+        return got
+
+    # verdicts --------------------------------------------------------------------------------
+    def probe(self) -> list[dict]:
+        have_san = shutil.which("compute-sanitizer") is not None
+        got = []
+        for route, cases in PROBE_ROUTES.items():
+            base = WORK / "probe" / route
+            base.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, ROUTE: route, "FAULTHUNT_LEDGER": "auto"}
+            for fw, fault, expect, evidence in cases:
+                if self.elapsed() > TOTAL_BUDGET:
+                    got.append({"route": route, "case": f"{fw}_{fault}", "ok": False, "reason": "skipped: time budget"})
+                    continue
+                e = probe_case(fw, fault, expect, evidence, base, env, have_san, cli=False)
+                e["route"] = route
+                e.pop("mapping", None)
+                got.append(e)
+                print(f"[{self.elapsed():5.0f}s] {route:16} {e['case']:22} {e.get('verdict')!s:11} "
+                      f"{'ok' if e.get('ok') else 'NO'} {e.get('launch_kernels')}", flush=True)
+        with open(self.out / "probe.jsonl", "w") as fh:
+            for r in got:
+                fh.write(json.dumps(r, default=str) + "\n")
+        return got
+
+    def keep_ledgers(self) -> None:
+        """A few ledgers as evidence, each cut to its first 4000 lines."""
+        picks = [p for p in (WORK / "probe").glob("*/ledgers/*_wild") if p.is_dir()]
+        picks += [p for p in (WORK / "loops").glob("cupy_*_0") if p.is_dir()]
+        with tarfile.open(self.out / "ledgers.tgz", "w:gz") as tar:
+            for d in picks:
+                for f in d.glob("*.jsonl"):
+                    lines = f.read_bytes().rstrip(b"\0").split(b"\n")[:4000]
+                    cut = WORK / "cut" / d.parent.parent.name / d.name / f.name
+                    cut.parent.mkdir(parents=True, exist_ok=True)
+                    cut.write_bytes(b"\n".join(lines) + b"\n")
+                    tar.add(cut, arcname=str(cut.relative_to(WORK / "cut")))
+
+
+def _counts(d: Path) -> dict[str, int]:
+    from faulthunt.ledger.reader import load_ledger
+
+    counts: dict[str, int] = {}
+    led = load_ledger(d)
+    for pl in led.pids.values():
+        counts["launch"] = counts.get("launch", 0) + len(pl.launches)
+        counts["alloc"] = counts.get("alloc", 0) + len(pl.containers) + len(pl.blocks)
+    counts["skipped"] = led.skipped
+    return counts
+
+
+def _fills(d: Path) -> int | None:
+    if not d.is_dir():
+        return None
+    from faulthunt.ledger.reader import load_ledger
+
+    return sum(1 for pl in load_ledger(d).pids.values() for r in pl.launches if r.get("kernel") == "fill")
+
+
+def table(loops: list[dict], crashes: list[dict], probe: list[dict]) -> str:
+    out = [f"{'loop':9} {'config':22} {'route':16} {'off med':>9} {'cfg med':>9} {'ratio med (min-max)':>21} "
+           f"{'+us/iter':>9}"]
+    best: dict[str, tuple[float, str]] = {}
+    for fw, cfgs in PER_FW.items():
+        offs = {(r["round"], i): s for r in loops if r["loop"] == fw and r["config"] == "off"
+                for i, s in enumerate(r.get("samples") or [])}
+        if not offs:
+            continue
+        for cfg in cfgs:
+            pairs = [(s, offs[(r["round"], i)]) for r in loops if r["loop"] == fw and r["config"] == cfg
+                     for i, s in enumerate(r.get("samples") or []) if (r["round"], i) in offs]
+            routes = {f"{r.get('route', '-')}" + (f"({r['launches'][:3]})" if r.get("launches") else "")
+                      for r in loops if r["loop"] == fw and r["config"] == cfg}
+            if not pairs:
+                out.append(f"{fw:9} {cfg:22} {'/'.join(sorted(routes)):16} (no samples)")
+                continue
+            ratios = [s / o for s, o in pairs]
+            med = statistics.median(ratios)
+            added = (statistics.median(s for s, _ in pairs) - statistics.median(o for _, o in pairs)) / N * 1e6
+            out.append(f"{fw:9} {cfg:22} {'/'.join(sorted(routes)):16} {statistics.median(o for _, o in pairs):9.4f} "
+                       f"{statistics.median(s for s, _ in pairs):9.4f} {med:7.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
+                       f"{added:9.1f}")
+            if cfg not in ("off", "current", "python", "hook_noop") and not cfg.endswith("/cupti"):
+                if fw not in best or med < best[fw][0]:
+                    best[fw] = (med, cfg)
+    out.append("")
+    for fw, (med, cfg) in best.items():
+        out.append(f"best route with the refinements on, {fw}: {cfg} {med:.2f}x "
+                   f"({'meets' if med <= 1.2 else 'misses'} the 1.2x goal)")
+    out.append("")
+    for c in crashes:
+        out.append(f"crash {c['route']:16} {c['how']:8} launched {c['launched']}, fill launches in the ledger "
+                   f"{c['fill_launches_in_ledger']}")
+    out.append("")
+    for e in probe:
+        out.append(f"{e.get('route', ''):16} {e.get('case', ''):22} {e.get('expect', '')!s:11} {e.get('verdict')!s:11} "
+                   f"{'yes' if e.get('ok') else 'NO ':3} {e.get('evidence', '')} {e.get('launch_kernels') or ''} "
+                   f"{('estimated ' + str(e['estimated_launches'])) if e.get('estimated_launches') else ''} "
+                   f"{e.get('reason', '')}")
+    n_ok = sum(1 for e in probe if e.get("ok"))
+    out.append(f"verdicts: {n_ok} of {len(probe)} as expected")
+    return "\n".join(out)
+
+
+def run_all(out: Path) -> int:
+    run = Run(out)
+    loops = run.loops()
+    crashes = run.crashes()
+    probe = run.probe()
+    try:
+        run.keep_ledgers()
+    except Exception as exc:
+        run.errors.append(f"--- keeping ledgers: {exc!r}")
+    (out / "errors.txt").write_text("\n".join(run.errors) + "\n")
+    text = table(loops, crashes, probe)
+    print(text)
+    (out / "summary.txt").write_text(text + f"\n(total {run.elapsed():.0f} s)\n")
     return 0
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["loop"]:
-        run_loop(argv[1], argv[2], int(argv[3]), argv[4])
+        run_loop(argv[1], argv[2], int(argv[3]), int(argv[4]), argv[5])
+        return 0
+    if argv[:1] == ["crash"]:
+        run_crash(argv[1], argv[2], int(argv[3]), argv[4])
         return 0
     if argv[:1] == ["fault"]:
         run_fault(argv[1])

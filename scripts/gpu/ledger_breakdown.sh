@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Cost breakdown of the ledger on the allocation-heavy loop (issue 5), and whether CUPTI hands over
-# a kernel record for a faulting launch. Run from the repository root on the GPU machine, after
-# ../shared/device/fetch-wheels.sh filled .whl/. Writes under "$OUT/breakdown/": breakdown.json,
-# profile_<fw>/profile.txt (cProfile of the auto loop), fault_records.json. Bounded: 400 s in all; no GPU settings change.
+# The ledger's recording routes on the GPU (issue 16): cost on the allocation-heavy loop per route
+# (off, current, python, activity, native, native-activity; CuPy, numba, cuda.core), the last
+# launches of a dying worker, and the planted-fault verdicts per route. Run from the repository
+# root on the GPU machine with .whl/ carried (../shared/device/fetch-wheels.sh). Writes 8 files to
+# "$OUT/breakdown/": summary.txt, loops.jsonl, probe.jsonl, crash.json, errors.txt, ledgers.tgz,
+# identity.txt, pip.log. Bounded: about 6 minutes (killed at 400 s); no GPU settings change.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 dest="$OUT/breakdown"
@@ -13,7 +15,25 @@ if [ -d .whl ] && ! python3 -c 'import cupti' 2>/dev/null; then
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
   export PATH=/tmp/site/bin:$PATH
 fi
+# the project, and with it the compiled ledger library (setup.py, built by the system compiler)
 python3 -c 'import faulthunt' 2>/dev/null || \
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$dest/pip.log" 2>&1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$dest/identity.txt"
-timeout -k 5 330 python3 scripts/gpu/ledger_breakdown.py all "$dest" 2>&1 | tee "$dest/summary.txt"
+  python3 -m pip install --no-index --no-deps --no-build-isolation -e . >>"$dest/pip.log" 2>&1
+lib_ok() { python3 -c 'from faulthunt.ledger import native; import sys; sys.exit(native.load()[0] is None)'; }
+if ! lib_ok && command -v cc >/dev/null; then
+  # pip could not build it (no setuptools compiler set-up?): the same source, the same flags
+  cc -O2 -pthread -fvisibility=hidden -shared -fPIC -o harness/ledger/_native.built.so harness/ledger/_native.c \
+    >>"$dest/pip.log" 2>&1
+fi
+{
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 --version
+  (cc --version 2>/dev/null || echo "no cc") | head -1
+  python3 -c 'import cupti, numpy; print("cupti-python ok, numpy", numpy.__version__)' 2>&1
+  python3 -c 'from faulthunt.ledger.cupti_source import problem; print("cupti problem:", problem())' 2>&1
+  python3 -c 'from faulthunt.ledger import native, route; lib, why = native.load(); r = route.choose("auto")
+print("native library:", getattr(lib, "path", None) or why); print("auto route:", r.name, r.why or "")' 2>&1
+  python3 -c 'from cupti import cupti; print("cupti-python dtypes:", [n for n in dir(cupti) if n.endswith("_dtype")])' 2>&1
+} >"$dest/identity.txt"
+cat "$dest/identity.txt"
+timeout -k 5 400 python3 scripts/gpu/ledger_breakdown.py all "$dest" 2>&1 | tail -n 80
+echo "rc=${PIPESTATUS[0]}"

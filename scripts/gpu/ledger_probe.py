@@ -199,9 +199,10 @@ def run_case(fw: str, fault: str, ledger_dir: str) -> None:
 
 # --- overhead: an allocation-heavy loop, timed inside the process (imports excluded) --------
 
-def timed_loop(fw: str, n: int, each=None, prof=None) -> float:
-    """Seconds for ``n`` iterations of allocate + launch ``fill`` + free (``fw``: cupy or numba),
-    warm-up and imports excluded. ``each(pointer, nbytes, i)`` runs after each launch;
+def loop_runner(fw: str):
+    """A callable ``run(n, each=None, prof=None) -> seconds``: ``n`` iterations of allocate +
+    launch ``fill`` + free (``fw``: cupy, numba or cuda_core), compiled and warmed up once, so a
+    process can time several samples. ``each(pointer, nbytes, i)`` runs after each launch;
     ``prof`` (a cProfile.Profile) is enabled for the timed part only."""
     if fw == "cupy":
         cp, _ = _cupy_kernel()
@@ -210,17 +211,16 @@ def timed_loop(fw: str, n: int, each=None, prof=None) -> float:
         fill((64,), (256,), (a, cp.int64(a.size)))
         del a
         cp.cuda.runtime.deviceSynchronize()
-        if prof:
-            prof.enable()
-        t0 = time.perf_counter()
-        for i in range(n):
-            a = cp.empty(1 << 16 + (i % 4), dtype=cp.float32)
-            fill((64,), (256,), (a, cp.int64(a.size)))
-            if each:
-                each(a.data.ptr, a.nbytes, i)
-            del a
-        cp.cuda.runtime.deviceSynchronize()
-    else:
+
+        def body(n, each):
+            for i in range(n):
+                a = cp.empty(1 << 16 + (i % 4), dtype=cp.float32)
+                fill((64,), (256,), (a, cp.int64(a.size)))
+                if each:
+                    each(a.data.ptr, a.nbytes, i)
+                del a
+            cp.cuda.runtime.deviceSynchronize()
+    elif fw == "numba":
         import numpy as np
         from numba import cuda
 
@@ -231,20 +231,56 @@ def timed_loop(fw: str, n: int, each=None, prof=None) -> float:
                 a[i] = 2.0
 
         a = cuda.device_array(1 << 16, dtype=np.float32); fill[64, 256](a); cuda.synchronize(); del a
+
+        def body(n, each):
+            for i in range(n):
+                a = cuda.device_array((1 << 16) + i % 4, dtype=np.float32)
+                fill[64, 256](a)
+                if each:
+                    each(a.device_ctypes_pointer.value, a.nbytes, i)
+                del a
+            cuda.synchronize()
+    else:  # cuda.core: stream-ordered pool allocations, which only CUPTI records
+        import numpy as np
+        try:
+            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+        except ImportError:  # cuda.core before 1.0
+            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
+
+        dev = Device()
+        dev.set_current()
+        s = dev.create_stream()
+        prog = Program(SRC, code_type="c++", options=ProgramOptions(arch=f"sm_{dev.arch}"))
+        kfill = prog.compile("cubin", name_expressions=()).get_kernel("fill")
+        cfg = LaunchConfig(grid=64, block=256)
+        buf = dev.allocate(1 << 18, stream=s); launch(s, cfg, kfill, buf, np.int64(1 << 16)); buf.close(s); s.sync()
+
+        def body(n, each):
+            for i in range(n):
+                nbytes = ((1 << 16) + i % 4) * 4
+                buf = dev.allocate(nbytes, stream=s)
+                launch(s, cfg, kfill, buf, np.int64(nbytes // 4))
+                if each:
+                    each(int(buf.handle), nbytes, i)
+                buf.close(s)
+            s.sync()
+
+    def run(n: int, each=None, prof=None) -> float:
         if prof:
             prof.enable()
         t0 = time.perf_counter()
-        for i in range(n):
-            a = cuda.device_array((1 << 16) + i % 4, dtype=np.float32)
-            fill[64, 256](a)
-            if each:
-                each(a.device_ctypes_pointer.value, a.nbytes, i)
-            del a
-        cuda.synchronize()
-    seconds = time.perf_counter() - t0
-    if prof:
-        prof.disable()
-    return seconds
+        body(n, each)
+        seconds = time.perf_counter() - t0
+        if prof:
+            prof.disable()
+        return seconds
+
+    return run
+
+
+def timed_loop(fw: str, n: int, each=None, prof=None) -> float:
+    """Seconds for ``n`` iterations of :func:`loop_runner`'s loop, warm-up and imports excluded."""
+    return loop_runner(fw)(n, each, prof)
 
 
 def run_loop(fw: str, mode: str, n: int, ledger_dir: str) -> None:
@@ -297,6 +333,108 @@ def do_map(ledger_dir: Path, address: int, pid: int | None, at: float | None, pa
         return {"verdict": None, "reason": str(exc)}
 
 
+def probe_case(fw: str, fault: str, expect: str, evidence: str, out: Path, env: dict[str, str],
+               have_san: bool, cli: bool = True) -> dict:
+    """Run one planted fault in its own process under ``env`` and map its evidence; the result
+    entry (``ok``: the verdict is the expected one; ``launch_kernels``: the launches the mapping
+    lists; ``estimated_launches``: those whose time the ledger estimated). Logs and ledgers go
+    under ``out``;
+    ``cli``: also run ``faulthunt map`` on it, for the record."""
+    name = f"{fw}_{fault}"
+    ldir = out / "ledgers" / name
+    before = len(dmesg_lines())
+    prefix = None
+    if evidence == "sanitizer":
+        if not have_san:
+            return {"case": name, "ok": False, "reason": "compute-sanitizer not found"}
+        prefix = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "5"]
+    rc, so, se = child(["case", fw, fault, str(ldir)], env, 60, prefix)
+    (out / f"{name}.log").write_text(f"rc={rc}\n--- stdout\n{so}\n--- stderr\n{se}\n")
+    planted = first_json(so) or {}
+    time.sleep(0.3)
+    added = dmesg_lines()[before:]
+    (out / f"{name}.dmesg.txt").write_text("\n".join(added) + "\n")
+    pid = planted.get("pid")
+    entry = {"case": name, "expect": expect, "evidence": evidence, "rc": rc, "pid": pid,
+             "planted": hex(planted["address"]) if "address" in planted else None}
+    at_planted = planted.get("t")
+    if evidence == "xid":
+        xids = [m for m in map(_XID31.match, added) if m and int(m.group(2)) == pid]
+        if not xids:
+            # The GPU raised nothing: the page stayed mapped (an overrun inside a large page
+            # the driver maps, a freed range the allocator kept). Check the planted address.
+            if "address" not in planted:
+                entry.update(ok=False, reason="the case did not start")
+            else:
+                v = do_map(ldir, planted["address"], pid, at_planted, False)
+                entry.update(xid=None, evidence="planted (no Xid)",
+                             reason="no Xid: the page stayed mapped", verdict=v.get("verdict"),
+                             offset=v.get("offset"), ok=v.get("verdict") == expect, mapping=v)
+        else:
+            ts, page = float(xids[0].group(1)), int(xids[0].group(3).replace("_", ""), 16)
+            from faulthunt.ledger.reader import load_ledger
+            pl = load_ledger(ldir).pid(pid) if ldir.is_dir() else None
+            at = ts + pl.mono_offset if pl is not None and pl.mono_offset is not None else None
+            v = do_map(ldir, page, pid, at, True)
+            v_end = do_map(ldir, page, pid, None, True)
+            entry.update(xid_page=hex(page), xid_ts=ts, at=at, verdict=v.get("verdict"),
+                         offset=v.get("offset"), verdict_at_end=v_end.get("verdict"),
+                         page_in_expected=planted.get("address", -1) // 4096 * 4096 == page,
+                         ok=v.get("verdict") == expect, mapping=v)
+    elif evidence == "sanitizer":
+        from faulthunt.mapper import sanitizer_verdict
+        from faulthunt.sanitizer import parse_text
+
+        recs = [r for r in parse_text(so + "\n" + se) if r.address is not None]
+        (out / f"{name}.sanitizer_records.json").write_text(
+            json.dumps([r.to_json() if hasattr(r, "to_json") else repr(r) for r in recs], default=str, indent=1))
+        if not recs and "address" in planted:
+            v = do_map(ldir, planted["address"], pid, at_planted, False)
+            entry.update(evidence="planted (memcheck silent)",
+                         reason="memcheck reported nothing: the byte lies inside a driver allocation",
+                         verdict=v.get("verdict"), offset=v.get("offset"), ok=v.get("verdict") == expect,
+                         mapping=v)
+        elif not recs:
+            entry.update(ok=False, reason="memcheck printed no record with an address and the case did not start")
+        else:
+            r = recs[0]
+            addr = r.address
+            v = do_map(ldir, addr, pid, at_planted, False)
+            basis = "ledger"
+            if v.get("verdict") in (None, "unmapped") and r.alloc_base is not None:
+                fb = sanitizer_verdict(addr, {"base": r.alloc_base, "size": r.alloc_size,
+                                              "relation": r.alloc_relation, "distance": r.alloc_distance})
+                if fb is not None:
+                    fb["ledger_verdict"] = v.get("verdict")
+                    v, basis = fb, "sanitizer"
+            entry.update(sanitizer_address=hex(addr), address_is_planted=addr == planted.get("address"),
+                         basis=basis, verdict=v.get("verdict"), offset=v.get("offset"),
+                         ok=v.get("verdict") == expect, mapping=v)
+    else:
+        if "address" not in planted:
+            entry.update(ok=False, reason="the case did not start")
+        else:
+            v = do_map(ldir, planted["address"], pid, at_planted, False)
+            entry.update(verdict=v.get("verdict"), offset=v.get("offset"), ok=v.get("verdict") == expect,
+                         mapping=v)
+    launches = (entry.get("mapping") or {}).get("launches") or []
+    entry["launch_kernels"] = [x.get("kernel") for x in launches]
+    if ldir.is_dir() and pid:
+        from faulthunt.ledger.reader import load_ledger
+
+        pl = load_ledger(ldir).pid(pid)
+        # launches whose time the ledger estimated (kernel activity records of a swallowed launch)
+        entry["estimated_launches"] = [r.get("kernel") for r in (pl.launches if pl else []) if r.get("t_estimated")]
+    # the CLI, once per case, for the record
+    if cli and ldir.is_dir() and entry.get("planted"):
+        cli = subprocess.run([sys.executable, "-m", "faulthunt", "map", entry.get("xid_page") or
+                              entry.get("sanitizer_address") or entry["planted"], "--ledger", str(ldir),
+                              *(["--pid", str(pid)] if pid else []), *(["--page"] if "xid_page" in entry else [])],
+                             capture_output=True, text=True, timeout=60)
+        (out / f"{name}.map.txt").write_text(cli.stdout + cli.stderr)
+    return entry
+
+
 def run_all(out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -308,91 +446,7 @@ def run_all(out: Path) -> int:
         if time.monotonic() - t_start > 140:
             results.append({"case": f"{fw}/{fault}", "ok": False, "reason": "skipped: time budget"})
             continue
-        name = f"{fw}_{fault}"
-        ldir = out / "ledgers" / name
-        before = len(dmesg_lines())
-        prefix = None
-        if evidence == "sanitizer":
-            if not have_san:
-                results.append({"case": name, "ok": False, "reason": "compute-sanitizer not found"})
-                continue
-            prefix = ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "5"]
-        rc, so, se = child(["case", fw, fault, str(ldir)], env, 60, prefix)
-        (out / f"{name}.log").write_text(f"rc={rc}\n--- stdout\n{so}\n--- stderr\n{se}\n")
-        planted = first_json(so) or {}
-        time.sleep(0.3)
-        added = dmesg_lines()[before:]
-        (out / f"{name}.dmesg.txt").write_text("\n".join(added) + "\n")
-        pid = planted.get("pid")
-        entry = {"case": name, "expect": expect, "evidence": evidence, "rc": rc, "pid": pid,
-                 "planted": hex(planted["address"]) if "address" in planted else None}
-        at_planted = planted.get("t")
-        if evidence == "xid":
-            xids = [m for m in map(_XID31.match, added) if m and int(m.group(2)) == pid]
-            if not xids:
-                # The GPU raised nothing: the page stayed mapped (an overrun inside a large page
-                # the driver maps, a freed range the allocator kept). Check the planted address.
-                if "address" not in planted:
-                    entry.update(ok=False, reason="the case did not start")
-                else:
-                    v = do_map(ldir, planted["address"], pid, at_planted, False)
-                    entry.update(xid=None, evidence="planted (no Xid)",
-                                 reason="no Xid: the page stayed mapped", verdict=v.get("verdict"),
-                                 offset=v.get("offset"), ok=v.get("verdict") == expect, mapping=v)
-            else:
-                ts, page = float(xids[0].group(1)), int(xids[0].group(3).replace("_", ""), 16)
-                from faulthunt.ledger.reader import load_ledger
-                pl = load_ledger(ldir).pid(pid) if ldir.is_dir() else None
-                at = ts + pl.mono_offset if pl is not None and pl.mono_offset is not None else None
-                v = do_map(ldir, page, pid, at, True)
-                v_end = do_map(ldir, page, pid, None, True)
-                entry.update(xid_page=hex(page), xid_ts=ts, at=at, verdict=v.get("verdict"),
-                             offset=v.get("offset"), verdict_at_end=v_end.get("verdict"),
-                             page_in_expected=planted.get("address", -1) // 4096 * 4096 == page,
-                             ok=v.get("verdict") == expect, mapping=v)
-        elif evidence == "sanitizer":
-            from faulthunt.mapper import sanitizer_verdict
-            from faulthunt.sanitizer import parse_text
-
-            recs = [r for r in parse_text(so + "\n" + se) if r.address is not None]
-            (out / f"{name}.sanitizer_records.json").write_text(
-                json.dumps([r.to_json() if hasattr(r, "to_json") else repr(r) for r in recs], default=str, indent=1))
-            if not recs and "address" in planted:
-                v = do_map(ldir, planted["address"], pid, at_planted, False)
-                entry.update(evidence="planted (memcheck silent)",
-                             reason="memcheck reported nothing: the byte lies inside a driver allocation",
-                             verdict=v.get("verdict"), offset=v.get("offset"), ok=v.get("verdict") == expect,
-                             mapping=v)
-            elif not recs:
-                entry.update(ok=False, reason="memcheck printed no record with an address and the case did not start")
-            else:
-                r = recs[0]
-                addr = r.address
-                v = do_map(ldir, addr, pid, at_planted, False)
-                basis = "ledger"
-                if v.get("verdict") in (None, "unmapped") and r.alloc_base is not None:
-                    fb = sanitizer_verdict(addr, {"base": r.alloc_base, "size": r.alloc_size,
-                                                  "relation": r.alloc_relation, "distance": r.alloc_distance})
-                    if fb is not None:
-                        fb["ledger_verdict"] = v.get("verdict")
-                        v, basis = fb, "sanitizer"
-                entry.update(sanitizer_address=hex(addr), address_is_planted=addr == planted.get("address"),
-                             basis=basis, verdict=v.get("verdict"), offset=v.get("offset"),
-                             ok=v.get("verdict") == expect, mapping=v)
-        else:
-            if "address" not in planted:
-                entry.update(ok=False, reason="the case did not start")
-            else:
-                v = do_map(ldir, planted["address"], pid, at_planted, False)
-                entry.update(verdict=v.get("verdict"), offset=v.get("offset"), ok=v.get("verdict") == expect,
-                             mapping=v)
-        # the CLI, once per case, for the record
-        if ldir.is_dir() and entry.get("planted"):
-            cli = subprocess.run([sys.executable, "-m", "faulthunt", "map", entry.get("xid_page") or
-                                  entry.get("sanitizer_address") or entry["planted"], "--ledger", str(ldir),
-                                  *(["--pid", str(pid)] if pid else []), *(["--page"] if "xid_page" in entry else [])],
-                                 capture_output=True, text=True, timeout=60)
-            (out / f"{name}.map.txt").write_text(cli.stdout + cli.stderr)
+        entry = probe_case(fw, fault, expect, evidence, out, env, have_san)
         results.append(entry)
         with open(out / "results.jsonl", "a") as fh:
             fh.write(json.dumps(entry) + "\n")
