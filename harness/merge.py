@@ -11,7 +11,7 @@ summary is recomputed from the merged records by :func:`faulthunt.summary.summar
 The same run given twice (the same ``run.json`` id, or the same directory) is merged once: the
 repeats are listed in ``merge.json`` under ``duplicates``, so no run's tests are counted twice.
 Everything copied is scrubbed of known secret shapes (:mod:`faulthunt.redact`,
-:mod:`faulthunt.scrub`), ledger records excepted (docs/rundir.md).
+:mod:`faulthunt.scrub`), ledger records excepted (docs/secrets.md).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def rewrite_record(rec: dict[str, Any], label: str, index: int) -> dict[str, Any
 def _merge_jsonl(src: Path, dest: Path, label: str, index: int, *, scrub: bool = True) -> tuple[int, int]:
     # Records are copied as they are (any kind, including ledger lines): only the keys every
     # record shares (worker, pid) are rewritten, so no reader's schema is needed here. Their
-    # strings are scrubbed of secrets (error texts, argv), except the ledger's (docs/rundir.md).
+    # strings are scrubbed of secrets (error texts, argv), except the ledger's (docs/secrets.md).
     if not src.is_file():
         return 0, 0
     got = read_jsonl(src)

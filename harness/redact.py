@@ -3,7 +3,7 @@
 Run directories, repro kits, reports and ``doctor`` output end up pasted into issues and uploaded
 as CI artifacts, so variables whose *names* suggest credentials, and values that *look* like
 credentials whatever their name, are replaced by ``<redacted>``. What is and is not caught is
-listed in docs/rundir.md ("Secrets: what is scrubbed").
+listed in docs/secrets.md.
 
 Every pattern runs in linear time on adversarial input (long runs of ``-a``, letters, ``eyJ``,
 spaces): a pattern that may scan far before failing starts only at a boundary, so two attempts

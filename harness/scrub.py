@@ -5,7 +5,7 @@ secrets; its copies travel further (a kit is zipped into an issue, a merged run 
 every text file is copied through :mod:`faulthunt.redact`: JSON documents decoded and redacted
 string by string (:func:`redact_json`), JSONL line by line, other text in bounded blocks (memory
 stays flat on a 1 GB log). Binary files (a NUL in the first 8 KiB) and ``ledger/`` (allocation
-records and stacks, possibly gigabytes) are copied as they are; docs/rundir.md says so.
+records and stacks, possibly gigabytes) are copied as they are; docs/secrets.md says so.
 """
 
 from __future__ import annotations
