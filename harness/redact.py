@@ -7,8 +7,9 @@ listed in docs/secrets.md.
 
 Every pattern runs in linear time on adversarial input (long runs of ``-a``, letters, ``eyJ``,
 spaces): a pattern that may scan far before failing starts only at a boundary, so two attempts
-never rescan the same run. Replacements never consume a quote or a backslash and a token never
-starts right after a backslash, so redacting the text of a JSON line keeps its strings intact;
+never rescan the same run. Replacements never consume a quote or a backslash, and a token that
+starts with an escape letter (``npm_``, ``rk_``) never starts right after a backslash, so
+redacting the text of a JSON line keeps its strings intact;
 whole documents are redacted decoded (:func:`redact_json`). ``tests/test_redact.py`` checks both.
 """
 
@@ -36,7 +37,6 @@ _VALUE = r"[^\s'\"\\]"
 # Token shapes. Each alternative either has a fixed length or only fails early, except JWT (its
 # first segment may run long before a missing dot fails it), which therefore starts at a boundary.
 _SECRET_VALUE = re.compile(
-    r"(?<!\\)"                              # not the letter of an escape (\npm_ is "\n" + "pm_")
     r"(gh[pousr]_[A-Za-z0-9]{20,}"           # GitHub tokens
     r"|github_pat_[A-Za-z0-9_]{20,}"
     r"|gl(?:pat|dt|rt|ptt|soat)-[A-Za-z0-9_\-]{20,}"  # GitLab personal/deploy/runner tokens
@@ -45,11 +45,11 @@ _SECRET_VALUE = re.compile(
     r"|A(?:KIA|SIA)[0-9A-Z]{16}"             # AWS access key id (long-term, temporary)
     r"|hf_[A-Za-z0-9]{30,}"                  # Hugging Face
     r"|sk-[A-Za-z0-9_\-]{20,}"               # OpenAI / Anthropic-style keys
-    r"|[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe secret / restricted keys
+    r"|(?:(?<!\\)r|s)k_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe secret / restricted keys
     r"|ya29\.[A-Za-z0-9_\-]{20,}"            # Google OAuth access token
     r"|(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"  # JWT
     r"|AIza[0-9A-Za-z_\-]{35}"                # Google API key
-    r"|npm_[A-Za-z0-9]{36}"                  # npm
+    r"|(?<!\\)npm_[A-Za-z0-9]{36}"           # npm (in JSON text, \npm_ is "\n" + "pm_")
     r"|pypi-AgE[A-Za-z0-9_\-]{20,}"          # PyPI upload token
     r"|dckr_pat_[A-Za-z0-9_\-]{20,}"         # Docker Hub
     # a PEM private key: the header, the base64 body (it stops at the first '-'), the footer
@@ -72,9 +72,11 @@ _URL_CREDENTIALS = re.compile(r"(?<![a-zA-Z0-9+.\-])(?P<scheme>[a-zA-Z][a-zA-Z0-
 # ?access_token=..., &sig=... in URLs (presigned URLs, API keys in query strings)
 _URL_QUERY = re.compile(r"(?i)(?<=[?&])(?P<key>(?:access_?token|token|api_?key|key|sig|signature|"
                         r"password|passwd|secret|client_secret|auth)=)(?P<value>[^&#\s'\"\\]+)")
-# NAME=value and NAME="value" assignments (shell lines, env dumps, logged settings)
-_ASSIGNMENT = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<quote>['\"]?)(?P<value>"
-                         + _VALUE + "+)")
+# NAME=value and NAME="value" assignments (shell lines, env dumps, logged settings). A quoted
+# value holds none of JSON's ,:{}[] and needs its closing quote, so the end of a JSON string
+# ("API_TOKEN=", "next") never reads as an opening quote.
+_ASSIGNMENT = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?:(?P<quote>['\"])"
+                         r"(?P<quoted>[^\s'\"\\,:{}\[\]]+)(?P=quote)|(?P<value>" + _VALUE + "+))")
 
 
 def is_secret_name(name: str) -> bool:
@@ -121,8 +123,8 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def _assignment(match: re.Match[str]) -> str:
-    name = match["name"]
-    return f"{name}={match['quote']}{REDACTED}" if is_secret_name(name) else match[0]
+    name, quote = match["name"], match["quote"] or ""
+    return f"{name}={quote}{REDACTED}{quote}" if is_secret_name(name) else match[0]
 
 
 def redact_text(text: str) -> str:
@@ -132,13 +134,29 @@ def redact_text(text: str) -> str:
 
 def redact_json(data: Any) -> Any:
     """A copy of decoded JSON with every string redacted, and the string value of a key with a
-    secret name (``"api_token": "..."``) replaced whole. Keys and non-strings are kept."""
+    secret name (``"api_token": "..."``) replaced whole. Keys and non-strings are kept.
+
+    Iterative, so a record nested 100,000 deep (a damaged or hostile line) cannot overflow the stack.
+    """
+    if not isinstance(data, (str, list, dict)):
+        return data
     if isinstance(data, str):
         return redact_text(data)
-    if isinstance(data, list):
-        return [redact_json(item) for item in data]
-    if isinstance(data, dict):
-        return {key: (REDACTED if isinstance(key, str) and isinstance(value, str) and value
-                      and is_secret_name(key) else redact_json(value))
-                for key, value in data.items()}
-    return data
+    root: Any = [] if isinstance(data, list) else {}
+    stack: list[tuple[Any, Any]] = [(data, root)]
+    while stack:
+        src, dst = stack.pop()
+        for key, value in (enumerate(src) if isinstance(src, list) else src.items()):
+            if isinstance(value, str):
+                secret = isinstance(key, str) and value and is_secret_name(key)
+                new: Any = REDACTED if secret else redact_text(value)
+            elif isinstance(value, (list, dict)):
+                new = [] if isinstance(value, list) else {}
+                stack.append((value, new))  # filled later; its place in dst is kept now
+            else:
+                new = value
+            if isinstance(dst, list):
+                dst.append(new)
+            else:
+                dst[key] = new
+    return root

@@ -60,7 +60,7 @@ def _redact_json_line(line: str) -> str:
     body = line.rstrip("\r\n")
     try:
         data = json.loads(body)
-    except ValueError:  # a torn last line or plain text: redacted as text
+    except (ValueError, RecursionError):  # a torn last line, plain text, nested too deep: as text
         return redact_text(line)
     clean = redact_json(data)
     if clean == data:
@@ -78,7 +78,7 @@ def scrub_file(src: Path, dest: Path) -> None:
             text = f.read()
         try:
             data = json.loads(text)
-        except ValueError:  # damaged: still scrubbed, as text
+        except (ValueError, RecursionError):  # damaged or nested too deep: scrubbed as text
             out = redact_text(text)
         else:
             clean = redact_json(data)

@@ -148,9 +148,10 @@ _JSONISH = st.lists(st.sampled_from([
 
 @given(_JSONISH)
 def test_redacting_json_text_keeps_it_json(text: str) -> None:
-    line = json.dumps({"message": text, "k": [text]})
-    out = json.loads(redact_text(line))
-    assert GHP not in out["message"]
+    for separators in ((", ", ": "), (",", ":")):
+        line = json.dumps({"message": text, "k": [text]}, separators=separators)
+        out = json.loads(redact_text(line))
+        assert GHP not in out["message"]
 
 
 # Inputs on which the patterns before issue 18 backtracked quadratically: "-a" * 20,000
@@ -179,3 +180,13 @@ print("done")
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "done", proc.stderr
+
+
+def test_redact_json_of_a_deep_record_does_not_overflow() -> None:
+    deep: object = GHP
+    for _ in range(100_000):
+        deep = [deep]
+    out = redact_json({"x": deep})["x"]
+    for _ in range(100_000):
+        out = out[0]
+    assert out == REDACTED
