@@ -94,6 +94,11 @@ def redact_value(value: str) -> str:
     return _SECRET_VALUE.sub(REDACTED, value)
 
 
+def _takes_value(arg: str) -> bool:
+    """``--token`` / ``--password`` without ``=``: the next word is its (secret) value."""
+    return "=" not in arg and bool(_SECRET_OPTION.fullmatch(arg + " x"))
+
+
 def redact_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
     """A command line safe to record: ``--token X`` / ``--password=X`` values, ``NAME=secret``
     words and secret-looking values redacted (run.json's argv, session_start, reports, kits)."""
@@ -105,7 +110,7 @@ def redact_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
             out.append(REDACTED)
             hide_next = False
             continue
-        if "=" not in arg and _SECRET_OPTION.fullmatch(arg + " x"):
+        if _takes_value(arg):
             out.append(arg)
             hide_next = True
             continue
@@ -133,8 +138,10 @@ def redact_text(text: str) -> str:
 
 
 def redact_json(data: Any) -> Any:
-    """A copy of decoded JSON with every string redacted, and the string value of a key with a
-    secret name (``"api_token": "..."``) replaced whole. Keys and non-strings are kept.
+    """A copy of decoded JSON with every string redacted, the string value of a key with a
+    secret name (``"api_token": "..."``) replaced whole, and in a list the word after
+    ``--token`` / ``--password`` (an argv as :func:`redact_argv` sees it). Keys and non-strings
+    are kept.
 
     Iterative, so a record nested 100,000 deep (a damaged or hostile line) cannot overflow the stack.
     """
@@ -146,10 +153,12 @@ def redact_json(data: Any) -> Any:
     stack: list[tuple[Any, Any]] = [(data, root)]
     while stack:
         src, dst = stack.pop()
+        hide_next = False
         for key, value in (enumerate(src) if isinstance(src, list) else src.items()):
             if isinstance(value, str):
-                secret = isinstance(key, str) and value and is_secret_name(key)
+                secret = hide_next or (isinstance(key, str) and value and is_secret_name(key))
                 new: Any = REDACTED if secret else redact_text(value)
+                hide_next = isinstance(src, list) and _takes_value(value)
             elif isinstance(value, (list, dict)):
                 new = [] if isinstance(value, list) else {}
                 stack.append((value, new))  # filled later; its place in dst is kept now

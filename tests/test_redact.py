@@ -132,11 +132,13 @@ def test_argv_redacts_secret_options_urls_and_assignments() -> None:
 
 
 def test_redact_json_walks_strings_and_secret_keys() -> None:
-    doc = {"argv": ["x", f"--token={GHP}"], "env": {"MY_API_KEY": "opaque", "PATH": "/bin"},
+    doc = {"argv": ["x", f"--token={GHP}", "--password", "opaque2", "-k", "x"],
+           "env": {"MY_API_KEY": "opaque", "PATH": "/bin"},
            "n": 3, "nested": [{"message": f"E  AssertionError: {GHP}"}], "empty_token": ""}
     out = redact_json(doc)
     assert GHP not in json.dumps(out) and "opaque" not in json.dumps(out)
     assert out["env"]["PATH"] == "/bin" and out["n"] == 3 and out["empty_token"] == ""
+    assert out["argv"][2:] == ["--password", REDACTED, "-k", "x"]
 
 
 _JSONISH = st.lists(st.sampled_from([
