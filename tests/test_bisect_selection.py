@@ -38,7 +38,7 @@ def test_oracle_step_refuses_an_option_as_a_test(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "precious.txt").write_text("keep")
-    (tmp_path / "test_o.py").write_text("def test_a():\n    pass\n")
+    (tmp_path / "test_o.py").write_text("def test_a(tmp_path):\n    pass\n")  # uses --basetemp
     p = subprocess.run([sys.executable, "-m", "faulthunt", "bisect", "--oracle", "--runs", "1",
                         "--repo", str(tmp_path), "--base", str(tmp_path / ".fh"), "--",
                         f"--basetemp={victim}", "test_o.py::test_a"],

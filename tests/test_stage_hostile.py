@@ -34,7 +34,7 @@ def test_odd(p, request):
     _record(request)
 
 
-def test_h(request):
+def test_h(request, tmp_path):  # tmp_path: what --basetemp would empty
     _record(request)
 '''
 
