@@ -10,7 +10,6 @@ import pytest
 
 from faulthunt.cli import main
 from faulthunt.hunt.isolate import isolate, probe_argv, pytest_probe, replay_plan
-from faulthunt.rundir import write_json_atomic
 
 SUITE = '''
 _CACHE = {}
