@@ -7,12 +7,17 @@ record gets ``runner``, and pids are made unique across hosts as ``runner_index 
 attribution by pid never pairs host A's Xid with host B's worker. Each input is also copied whole
 under ``runners/<runner>/`` (provenance), and ``merge.json`` says where each came from. The
 summary is recomputed from the merged records by :func:`faulthunt.summary.summarize_run`.
+
+The same run given twice (the same ``run.json`` id, or the same directory) is merged once: the
+repeats are listed in ``merge.json`` under ``duplicates``, so no run's tests are counted twice.
+Everything copied is scrubbed of known secret shapes (:mod:`faulthunt.redact`,
+:mod:`faulthunt.scrub`), ledger records excepted (docs/secrets.md).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,8 +26,10 @@ import msgspec
 
 from faulthunt.errors import RunDirError, UsageError
 from faulthunt.records.documents import Identity, RunInfo
+from faulthunt.redact import redact_argv, redact_json
 from faulthunt.rundir import (Layout, RunDir, append_jsonl, read_jsonl, write_json_atomic,
                               write_run_info, write_text_atomic)
+from faulthunt.scrub import copy_scrubbed
 
 PID_STRIDE = 10**7
 
@@ -53,15 +60,53 @@ def rewrite_record(rec: dict[str, Any], label: str, index: int) -> dict[str, Any
     return out
 
 
-def _merge_jsonl(src: Path, dest: Path, label: str, index: int) -> tuple[int, int]:
+def _merge_jsonl(src: Path, dest: Path, label: str, index: int, *, scrub: bool = True) -> tuple[int, int]:
     # Records are copied as they are (any kind, including ledger lines): only the keys every
-    # record shares (worker, pid) are rewritten, so no reader's schema is needed here.
+    # record shares (worker, pid) are rewritten, so no reader's schema is needed here. Their
+    # strings are scrubbed of secrets (error texts, argv), except the ledger's (docs/secrets.md).
     if not src.is_file():
         return 0, 0
     got = read_jsonl(src)
     for rec in got.records:
+        rec = redact_json(rec) if scrub else rec
         append_jsonl(dest, rewrite_record(rec, label, index) if isinstance(rec, dict) else rec)
     return len(got.records), got.skipped
+
+
+def _check_out(out: Path, run_dirs: list[Path], force: bool) -> None:
+    """Refuse an OUT that is a file, lies under a file, is non-empty, or is inside an input."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out} is a file; the merged run is a directory",
+                         fix="pick a new -o OUT directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UsageError(f"{out} exists and is not empty", fix="pick a new -o OUT, or pass --force")
+    where = out.resolve()
+    for run in run_dirs:
+        if where == run.resolve() or run.resolve() in where.parents:
+            raise UsageError(f"-o {out} is inside the run {run} being merged",
+                             fix="pick an -o OUT outside every run directory given")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {out}: {exc.strerror or exc}",
+                         fix="pick an -o OUT whose parent is a writable directory (not a file)") from None
+
+
+def _unique_runs(run_dirs: list[Path]) -> tuple[list[Path], list[dict[str, Any]]]:
+    """The runs to merge, each once (by run.json id, else by directory), and the repeats left out."""
+    seen: dict[str, Path] = {}
+    keep: list[Path] = []
+    duplicates: list[dict[str, Any]] = []
+    for run in run_dirs:
+        info = RunDir(run).run_info()
+        key = f"id:{info.id}" if info is not None and info.id else f"path:{run.resolve()}"
+        if key in seen:
+            duplicates.append({"path": str(run.resolve()), "id": info.id if info else None,
+                               "same_as": str(seen[key].resolve())})
+            continue
+        seen[key] = run
+        keep.append(run)
+    return keep, duplicates
 
 
 def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[str, Any]:
@@ -72,9 +117,8 @@ def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[
         if not run.is_dir():
             raise RunDirError(f"run directory {run} not found",
                               fix="give the run directories each runner uploaded (unpack the artifacts first)")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise UsageError(f"{out} exists and is not empty", fix="pick a new -o OUT, or pass --force")
-    out.mkdir(parents=True, exist_ok=True)
+    _check_out(out, run_dirs, force)
+    run_dirs, duplicates = _unique_runs(run_dirs)
     for sub in (Layout.EVENTS_DIR, Layout.LEDGER_DIR, "runners"):
         (out / sub).mkdir(exist_ok=True)
     taken: set[str] = set()
@@ -98,13 +142,14 @@ def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[
             counts[key] += n
             counts["skipped"] += s
         for f in sorted(reader.ledger_dir().glob("*.jsonl")) if reader.ledger_dir().is_dir() else ():
-            n, s = _merge_jsonl(f, out / Layout.LEDGER_DIR / f"{label}-{f.name}", label, index)
+            n, s = _merge_jsonl(f, out / Layout.LEDGER_DIR / f"{label}-{f.name}", label, index,
+                                scrub=False)
             counts["ledger"] += n
             counts["skipped"] += s
         added = reader.text(Layout.KMSG_ADDED)
         if added is not None:
             kmsg_added += [f"[{label}] {line}" for line in added.splitlines()]
-        shutil.copytree(run, out / "runners" / label, symlinks=True, dirs_exist_ok=True)
+        copy_problems = copy_scrubbed(run, out / "runners" / label)
         identities[label] = identity
         if run_info.started is not None:
             started.append(run_info.started)
@@ -114,8 +159,9 @@ def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[
                         "id": run_info.id or run.name,
                         "host": identity.host if identity is not None else None,
                         "gpus": [g.to_json() for g in identity.gpus] if identity is not None else None,
-                        "argv": run_info.argv, "exit_status": run_info.exit_status,
-                        "records": counts, "pid_offset": index * PID_STRIDE})
+                        "argv": redact_argv(run_info.argv), "exit_status": run_info.exit_status,
+                        "records": counts, "pid_offset": index * PID_STRIDE,
+                        "copy_problems": copy_problems})
     if kmsg_added:
         write_text_atomic(out / Layout.KMSG_ADDED, "\n".join(kmsg_added) + "\n")
     # GPUs of all runners, so summary's PCI -> device map sees every runner's devices
@@ -126,11 +172,11 @@ def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[
         "runners": {label: ident.to_json() if ident is not None else {}
                     for label, ident in identities.items()}})
     info = RunInfo.begin(out.name, kind="merged", cwd=str(Path.cwd()), merged_from=sources,
-                         started=min(started) if started else None)
+                         started=min(started) if started else None, argv=redact_argv(sys.argv))
     info = msgspec.structs.replace(info, started=min(started) if started else None,
                                    ended=max(ended) if ended else None)
     write_run_info(out, info)
-    merge_info = {"merged": time.time(), "runners": sources}
+    merge_info = {"merged": time.time(), "runners": sources, "duplicates": duplicates}
     from faulthunt.summary import summarize_run
 
     summary = summarize_run(out)

@@ -42,6 +42,7 @@ from faulthunt.records.events import (Crash, Hang, ProcessInfo, Recycle, Recycle
                                       RestartLimit, SessionFinish, SessionStart, StickyError, TestEnd,
                                       TestStart, WorkerDown, WorkerHello)
 from faulthunt.nodeids import SELECT_OPTION
+from faulthunt.redact import redact_argv
 from faulthunt.rundir import RUN_DIR_ENV, JsonlWriter, Layout, RunDir
 
 #: env: "0" turns worker recycling after sticky CUDA errors off
@@ -381,7 +382,7 @@ class ControllerRecorder:
         self._down: dict[str, WorkerDown] = {}
         self._errordowns = 0
         self._restart_limit = _max_worker_restart(config)
-        self.log.write(SessionStart(pid=os.getpid(), argv=[str(a) for a in config.invocation_params.args],
+        self.log.write(SessionStart(pid=os.getpid(), argv=redact_argv(config.invocation_params.args),
                                     xdist=config.getoption("dist", "no") != "no", **_now()))
 
     def _worker_records(self, worker: str) -> tuple[Any, ...]:

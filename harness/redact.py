@@ -1,48 +1,82 @@
-"""Secret redaction for everything faulthunt records about the environment.
+"""Secret redaction for everything faulthunt writes down: environments, command lines, output.
 
-Run directories, repro kits and ``doctor`` output end up pasted into issues and uploaded as CI
-artifacts, so variables whose *names* suggest credentials, and values that *look* like
-credentials whatever their name, are replaced by ``<redacted>``.
+Run directories, repro kits, reports and ``doctor`` output end up pasted into issues and uploaded
+as CI artifacts, so variables whose *names* suggest credentials, and values that *look* like
+credentials whatever their name, are replaced by ``<redacted>``. What is and is not caught is
+listed in docs/secrets.md.
+
+Every pattern runs in linear time on adversarial input (long runs of ``-a``, letters, ``eyJ``,
+spaces): a pattern that may scan far before failing starts only at a boundary, so two attempts
+never rescan the same run. Replacements never consume a quote or a backslash, and a token that
+starts with an escape letter (``npm_``, ``rk_``) never starts right after a backslash, so
+redacting the text of a JSON line keeps its strings intact;
+whole documents are redacted decoded (:func:`redact_json`). ``tests/test_redact.py`` checks both.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 REDACTED = "<redacted>"
 
 _SECRET_NAME = re.compile(
     r"(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|AUTH|"
-    r"COOKIE|SESSION_?ID|SIGNATURE|^PGPASS|_KEY$|_PAT$|^PAT$|WEBHOOK|DSN$|JWT|_PWD$|_PASS$|BEARER)",
+    r"COOKIE|SESSION_?ID|SIGNATURE|^PGPASS|_KEY$|_PAT$|^PAT$|WEBHOOK|DSN$|JWT|_PWD$|_PASS$|BEARER|"
+    r"ACCOUNT_?KEY)",
     re.IGNORECASE,
 )
 # Names that match the pattern above but are not secrets in this field.
 _SAFE_NAMES = frozenset({
     "SSH_AUTH_SOCK", "XAUTHORITY", "KEYTIMEOUT", "GPG_TTY", "CUDA_CACHE_MAXSIZE",
 })
+# Characters a value may not contain: whitespace, quotes and backslashes end it, so a
+# replacement never eats a JSON string's closing quote or half an escape.
+_VALUE = r"[^\s'\"\\]"
+# Token shapes. Each alternative either has a fixed length or only fails early, except JWT (its
+# first segment may run long before a missing dot fails it), which therefore starts at a boundary.
 _SECRET_VALUE = re.compile(
     r"(gh[pousr]_[A-Za-z0-9]{20,}"           # GitHub tokens
     r"|github_pat_[A-Za-z0-9_]{20,}"
-    r"|glpat-[A-Za-z0-9_\-]{20,}"            # GitLab
-    r"|xox[abprs]-[A-Za-z0-9-]{10,}"         # Slack
-    r"|AKIA[0-9A-Z]{16}"                     # AWS access key id
+    r"|gl(?:pat|dt|rt|ptt|soat)-[A-Za-z0-9_\-]{20,}"  # GitLab personal/deploy/runner tokens
+    r"|xox[abeprs]-[A-Za-z0-9-]{10,}"        # Slack
+    r"|hooks\.slack\.com/services/[A-Za-z0-9/_\-]{20,}"  # Slack incoming webhooks
+    r"|A(?:KIA|SIA)[0-9A-Z]{16}"             # AWS access key id (long-term, temporary)
     r"|hf_[A-Za-z0-9]{30,}"                  # Hugging Face
-    r"|sk-[A-Za-z0-9_\-]{20,}"               # OpenAI-style keys
-    r"|eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"  # JWT
+    r"|sk-[A-Za-z0-9_\-]{20,}"               # OpenAI / Anthropic-style keys
+    r"|(?:(?<!\\)r|s)k_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe secret / restricted keys
+    r"|ya29\.[A-Za-z0-9_\-]{20,}"            # Google OAuth access token
+    r"|(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"  # JWT
     r"|AIza[0-9A-Za-z_\-]{35}"                # Google API key
-    r"|npm_[A-Za-z0-9]{36}"                  # npm
+    r"|(?<!\\)npm_[A-Za-z0-9]{36}"           # npm (in JSON text, \npm_ is "\n" + "pm_")
     r"|pypi-AgE[A-Za-z0-9_\-]{20,}"          # PyPI upload token
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----)"
+    r"|dckr_pat_[A-Za-z0-9_\-]{20,}"         # Docker Hub
+    # a PEM private key: the header, the base64 body (it stops at the first '-'), the footer
+    r"|-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[A-Za-z0-9+/=\s]*(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?)"
 )
-# "Authorization: Bearer <token>", "Authorization: Basic <b64>" in logged headers / curl lines
-_AUTH_HEADER = re.compile(r"(?i)\b(?P<head>(?:authorization|proxy-authorization)\s*[:=]\s*(?:bearer|basic|token)?\s*)"
-                          r"(?P<value>[^\s'\"]+)")
-# "--token VALUE", "--password=VALUE", "-p" is too common to touch (pytest -p plugin)
-_SECRET_OPTION = re.compile(r"(?i)(?P<opt>--?(?:[a-z0-9]+[-_])*(?:token|password|passwd|secret|api[-_]?key|access[-_]?key)"
-                            r")(?P<sep>[= ]+)(?P<value>[^\s'\"]+)")
-# user:password@host in URLs
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@")
+# "Authorization: Bearer <token>", "Authorization: Basic <b64>" in logged headers / curl lines.
+# The scheme word needs whitespace after it, so the two runs of spaces cannot trade characters.
+_AUTH_HEADER = re.compile(r"(?i)\b(?P<head>(?:authorization|proxy-authorization)\s*[:=]\s*"
+                          r"(?:(?:bearer|basic|token)\s+)?)(?P<value>" + _VALUE + "+)")
+# a bare "Bearer <token>" (a logged header value, an exception message)
+_BEARER = re.compile(r"\b(?P<head>[Bb]earer\s+)(?P<value>[A-Za-z0-9._~+/\-]{16,}=*)")
+# "--token VALUE", "--password=VALUE"; "-p" is too common to touch (pytest -p plugin). It starts
+# only where an option can start (not inside a word or a run of dashes): linear on "-a-a-a...".
+_SECRET_OPTION = re.compile(r"(?i)(?<![\w-])(?P<opt>--?(?:[a-z0-9]+[-_])*"
+                            r"(?:token|password|passwd|secret|api[-_]?key|access[-_]?key))"
+                            r"(?P<sep>[= ]+)(?P<value>" + _VALUE + "+)")
+# user:password@host in URLs; the scheme starts at a boundary (linear on long runs of letters)
+_URL_CREDENTIALS = re.compile(r"(?<![a-zA-Z0-9+.\-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)"
+                              r"(?P<user>[^:/@\s'\"\\]+):(?P<pw>[^@/\s'\"\\]+)@")
+# ?access_token=..., &sig=... in URLs (presigned URLs, API keys in query strings)
+_URL_QUERY = re.compile(r"(?i)(?<=[?&])(?P<key>(?:access_?token|token|api_?key|key|sig|signature|"
+                        r"password|passwd|secret|client_secret|auth)=)(?P<value>[^&#\s'\"\\]+)")
+# NAME=value and NAME="value" assignments (shell lines, env dumps, logged settings). A quoted
+# value holds none of JSON's ,:{}[] and needs its closing quote, so the end of a JSON string
+# ("API_TOKEN=", "next") never reads as an opening quote.
+_ASSIGNMENT = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?:(?P<quote>['\"])"
+                         r"(?P<quoted>[^\s'\"\\,:{}\[\]]+)(?P=quote)|(?P<value>" + _VALUE + "+))")
 
 
 def is_secret_name(name: str) -> bool:
@@ -53,26 +87,34 @@ def is_secret_name(name: str) -> bool:
 def redact_value(value: str) -> str:
     """Redact credential-looking parts of a value (tokens, URL passwords), keep the rest."""
     value = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+    value = _URL_QUERY.sub(lambda m: f"{m['key']}{REDACTED}", value)
     value = _AUTH_HEADER.sub(lambda m: f"{m['head']}{REDACTED}", value)
+    value = _BEARER.sub(lambda m: f"{m['head']}{REDACTED}", value)
     value = _SECRET_OPTION.sub(lambda m: f"{m['opt']}{m['sep']}{REDACTED}", value)
     return _SECRET_VALUE.sub(REDACTED, value)
 
 
-def redact_argv(argv: list[str]) -> list[str]:
-    """A command line safe to record: ``--token X`` / ``--password=X`` values and secret-looking
-    words redacted (run.json's argv, kit scripts' comments)."""
+def _takes_value(arg: str) -> bool:
+    """``--token`` / ``--password`` without ``=``: the next word is its (secret) value."""
+    return "=" not in arg and bool(_SECRET_OPTION.fullmatch(arg + " x"))
+
+
+def redact_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """A command line safe to record: ``--token X`` / ``--password=X`` values, ``NAME=secret``
+    words and secret-looking values redacted (run.json's argv, session_start, reports, kits)."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
+        arg = str(arg)
         if hide_next:
             out.append(REDACTED)
             hide_next = False
             continue
-        if _SECRET_OPTION.fullmatch(arg + " x") and "=" not in arg:
+        if _takes_value(arg):
             out.append(arg)
             hide_next = True
             continue
-        out.append(redact_value(arg))
+        out.append(redact_text(arg))
     return out
 
 
@@ -85,12 +127,45 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def _assignment(match: re.Match[str]) -> str:
+    name, quote = match["name"], match["quote"] or ""
+    return f"{name}={quote}{REDACTED}{quote}" if is_secret_name(name) else match[0]
+
+
 def redact_text(text: str) -> str:
     """Redact ``NAME=value`` assignments with secret names, and secret-looking values, in text."""
+    return redact_value(_ASSIGNMENT.sub(_assignment, text))
 
-    def _assignment(match: re.Match[str]) -> str:
-        name = match["name"]
-        return f"{name}={REDACTED}" if is_secret_name(name) else match[0]
 
-    text = re.sub(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\S+)", _assignment, text)
-    return redact_value(text)
+def redact_json(data: Any) -> Any:
+    """A copy of decoded JSON with every string redacted, the string value of a key with a
+    secret name (``"api_token": "..."``) replaced whole, and in a list the word after
+    ``--token`` / ``--password`` (an argv as :func:`redact_argv` sees it). Keys and non-strings
+    are kept.
+
+    Iterative, so a record nested 100,000 deep (a damaged or hostile line) cannot overflow the stack.
+    """
+    if not isinstance(data, (str, list, dict)):
+        return data
+    if isinstance(data, str):
+        return redact_text(data)
+    root: Any = [] if isinstance(data, list) else {}
+    stack: list[tuple[Any, Any]] = [(data, root)]
+    while stack:
+        src, dst = stack.pop()
+        hide_next = False
+        for key, value in (enumerate(src) if isinstance(src, list) else src.items()):
+            if isinstance(value, str):
+                secret = hide_next or (isinstance(key, str) and value and is_secret_name(key))
+                new: Any = REDACTED if secret else redact_text(value)
+                hide_next = isinstance(src, list) and _takes_value(value)
+            elif isinstance(value, (list, dict)):
+                new = [] if isinstance(value, list) else {}
+                stack.append((value, new))  # filled later; its place in dst is kept now
+            else:
+                new = value
+            if isinstance(dst, list):
+                dst.append(new)
+            else:
+                dst[key] = new
+    return root

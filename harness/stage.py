@@ -7,6 +7,11 @@ py-spy and the kernel log, a cheatsheet, the system identity and the run's own l
 Every test id, path and argument that comes from the run directory is *data*: shell scripts get
 it through :func:`shlex.quote` (inside bash arrays), Python scripts through :func:`repr`, so ids
 with spaces, quotes, ``$()``, backticks or semicolons are passed to pytest and never executed.
+Ids are checked to be node ids when the kit is planned (:func:`faulthunt.nodeids.check_node_id`:
+a crafted ``--basetemp=/victim`` is refused) and reach pytest only as ``--faulthunt-id=ID``
+options followed by ``--`` and the collection roots (:func:`faulthunt.nodeids.pytest_selection`),
+which also makes a parametrized id run with ``--count``. The run's files are copied into ``run/``
+with known secret shapes scrubbed (:mod:`faulthunt.scrub`).
 :func:`plan_kit` reads, :func:`render_kit` is pure (file name -> text), :func:`write_kit` writes.
 """
 
@@ -26,9 +31,11 @@ from typing import Any
 import msgspec
 
 from faulthunt.errors import RunDirError, UsageError
+from faulthunt.nodeids import check_node_id, pytest_selection
 from faulthunt.records.documents import Failure, RunInfo, Summary
-from faulthunt.redact import redact_env, redact_text
+from faulthunt.redact import redact_argv, redact_env, redact_text
 from faulthunt.rundir import Layout, RunDir, write_json_atomic, write_text_atomic
+from faulthunt.scrub import copy_scrubbed
 
 DEFAULT_KIT_DIR = Path("/tmp/repro")
 #: marks a directory as a faulthunt kit, so restaging may replace its files (and nothing else)
@@ -86,6 +93,21 @@ def failing_tests(summary: Summary) -> tuple[FailingTest, ...]:
         for base, fs in order.items())
 
 
+def _checked(failing: tuple[FailingTest, ...], where: str) -> tuple[FailingTest, ...]:
+    """``failing`` when every id in it is a node id; else a UsageError naming the bad one."""
+    for test in failing:
+        for nodeid in (test.base_nodeid, *test.nodeids):
+            check_node_id(nodeid, where)
+    return failing
+
+
+def _workers(value: Any) -> str:
+    """``-n`` of run_reproducer.sh from run.json's options: a count or xdist's words, else 1."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    return value if value in ("auto", "logical") else "1"
+
+
 def _positive_int(value: Any) -> int | None:
     """A count or worker number from run.json options (hand-edited: anything at all)."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -104,22 +126,20 @@ def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None
     run = RunDir(run_dir)
     run_info = run.run_info() or RunInfo()
     if tests:
-        failing = tuple(FailingTest(t, (t,), ("requested",), 0, None) for t in tests)
+        failing = _checked(tuple(FailingTest(t, (t,), ("requested",), 0, None) for t in tests),
+                           "--test")
     else:
         summary = run.summary()
         if summary is None:  # a run killed before it wrote summary.json, or a damaged one
             from faulthunt.summary import summarize_run
 
             summary = msgspec.convert(summarize_run(run), Summary)
-        failing = failing_tests(summary)
+        failing = _checked(failing_tests(summary), f"the failures in {run_dir / Layout.SUMMARY}")
     if not failing:
         raise UsageError(f"run {run_dir.name} has no failing tests to stage",
                          fix="pass --test NODEID to stage a kit for a test anyway")
     by_test = {f.base_nodeid: f for f in failing}
     default_count = count or _positive_int(run_info.option("count")) or 1
-    workers = run_info.option("workers")
-    if not isinstance(workers, (int, str)) or isinstance(workers, bool):
-        workers = 1
     python = run_info.pytest_argv[0] if run_info.pytest_argv else sys.executable
     if identity_text is None:
         from faulthunt.identity import collect_basic, format_basic
@@ -128,9 +148,9 @@ def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None
     return KitPlan(
         run_dir=run_dir, run_id=run_info.id or run_dir.name,
         cwd=run_info.cwd or str(Path.cwd()), python=python,
-        pytest_args=tuple(run_info.pytest_args),
+        pytest_args=tuple(redact_argv(run_info.pytest_args)),
         failing=tuple(by_test.values()), count=default_count,
-        workers=str(workers), staged_mono=time.monotonic(), staged_wall=time.time(),
+        workers=_workers(run_info.option("workers")), staged_mono=time.monotonic(), staged_wall=time.time(),
         identity_text=identity_text)
 
 
@@ -158,24 +178,34 @@ KIT="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 
 
 def render_run_reproducer(plan: KitPlan) -> str:
-    """``run_reproducer.sh [count] [stress options...]``: stress exactly the failing tests."""
+    """``run_reproducer.sh [count] [stress options...] [-- pytest options...]``: stress exactly
+    the failing tests, selected by ``--faulthunt-id`` (any count, ids never read as options)."""
     return (_HEADER.format(run_id=plan.run_id)
             + f"COUNT=\"${{1:-{plan.count}}}\"\n"
             + 'if ! [[ "$COUNT" =~ ^[1-9][0-9]*$ ]]; then\n'
-            + '  echo "usage: $0 [count] [faulthunt stress options...]  (count: a positive integer)" >&2\n'
+            + '  echo "usage: $0 [count] [faulthunt stress options...] [-- pytest options...]'
+            + '  (count: a positive integer)" >&2\n'
             + "  exit 2\nfi\nshift $(( $# > 0 ? 1 : 0 ))\n"
+            + "# stress options, then (after a --) pytest options: both go before the selection,\n"
+            + "# which ends with its own -- and the collection roots, last on the line\n"
+            + 'STRESS=()\nPYTEST=()\nwhile [ $# -gt 0 ]; do\n'
+            + '  if [ "$1" = "--" ]; then shift; PYTEST=("$@"); break; fi\n'
+            + '  STRESS+=("$1"); shift\ndone\n'
             + _bash_array("TESTS", [f.base_nodeid for f in plan.failing])
+            + _bash_array("SELECTION", pytest_selection([f.base_nodeid for f in plan.failing]))
             + f"PYTHON={shlex.quote(plan.python)}\n"
             + f"cd -- {shlex.quote(plan.cwd)}\n"
             + 'RUN="$KIT/runs/$(date +%Y%m%d-%H%M%S)-$$"\n'
             + 'echo "stressing ${#TESTS[@]} test(s) x $COUNT into $RUN"\n'
             + f'exec "$PYTHON" -m faulthunt stress --count "$COUNT" -n {shlex.quote(plan.workers)} '
-            + '--run-dir "$RUN" "$@" -- "${TESTS[@]}"\n')
+            + '--run-dir "$RUN" ${STRESS[@]+"${STRESS[@]}"} -- ${PYTEST[@]+"${PYTEST[@]}"} '
+            + '"${SELECTION[@]}"\n')
 
 
 def render_run_sanitizer(plan: KitPlan) -> str:
     """``run_sanitizer.sh [tool] [sanitize options...]``: the failing tests under compute-sanitizer."""
-    tests = "".join(f"  --test {shlex.quote(f.base_nodeid)}\n" for f in plan.failing)
+    # --test=ID: one word, so argparse can never read the id as an option of its own
+    tests = "".join(f"  {shlex.quote('--test=' + f.base_nodeid)}\n" for f in plan.failing)
     return (_HEADER.format(run_id=plan.run_id)
             + 'TOOL="${1:-memcheck}"\nshift $(( $# > 0 ? 1 : 0 ))\n'
             + f"ARGS=(\n{tests})\n"
@@ -195,10 +225,14 @@ faulthandler so that a hang dumps every thread's stack every HANG_SECONDS second
 Usage: python3 {{sys.argv[0]}} [count] [pytest options...]
 """
 import faulthandler
+import importlib.util
 import os
 import sys
 
 NODEID = {test.base_nodeid!r}
+# --faulthunt-id options, then "--" and the collection roots: the id is never read as an option,
+# and a parametrized id still runs under --count (pytest-repeat renames it test_p[x-1-3])
+SELECTION = {pytest_selection([test.base_nodeid])!r}
 CWD = {plan.cwd!r}
 HANG_SECONDS = float(os.environ.get("FAULTHUNT_HANG_SECONDS", "120"))
 OUTCOMES_SEEN = {list(test.outcomes)!r}
@@ -219,7 +253,11 @@ def main() -> int:
     faulthandler.dump_traceback_later(HANG_SECONDS, repeat=True)
     import pytest
 
-    argv = ["-x", "-q", "-p", "no:cacheprovider", *args, NODEID]
+    if importlib.util.find_spec("faulthunt") is not None:
+        selection = ["-p", "faulthunt", *SELECTION]
+    else:  # without faulthunt: the id itself, after "--" (a parametrized id needs count 1)
+        selection = ["--", NODEID]
+    argv = ["-x", "-q", "-p", "no:cacheprovider", *args, *selection]
     if count > 1:
         argv[:0] = ["-p", "repeat", "--count", str(count)]
     try:
@@ -335,8 +373,9 @@ Tests run from `{plan.cwd}` with `{plan.python}`.
 {rows}
 ## The loop: edit, rebuild, rerun
 1. Edit the kernel or the test; rebuild your extension (e.g. `pip install -e . --no-build-isolation`).
-2. `./run_reproducer.sh 50` stresses exactly these tests 50 times each (`./run_reproducer.sh 200 -x`
-   passes stress options). Each run lands in `runs/<time>/`; `faulthunt report --run runs/<time>`.
+2. `./run_reproducer.sh 50` stresses exactly these tests 50 times each (`./run_reproducer.sh 200 -x
+   --timeout 60 -- -s` passes stress options, then pytest options after `--`). Each run lands in
+   `runs/<time>/`; `faulthunt report --run runs/<time>`.
 3. `python3 {first} [count]`: one test in a fresh process; prints its pid; a hang dumps all stacks
    every `FAULTHUNT_HANG_SECONDS` (120 s) through faulthandler.
 4. `./run_sanitizer.sh [memcheck|racecheck|initcheck|synccheck]`: the failing tests under
@@ -399,22 +438,11 @@ def _check_target(kit_dir: Path, force: bool) -> None:
 
 
 def _copy_run(run_dir: Path, dest: Path) -> list[str]:
-    """Copy the run's files into the kit; returns what could not be copied (never fatal)."""
-    problems: list[str] = []
+    """Copy the run's files into the kit, secrets scrubbed; returns what could not be copied
+    (never fatal)."""
     if dest.exists():
         shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    for entry in sorted(run_dir.iterdir()):
-        if entry.name in _SKIP_IN_COPY:
-            continue
-        try:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.copytree(entry, dest / entry.name, symlinks=True)
-            else:
-                shutil.copy2(entry, dest / entry.name, follow_symlinks=False)
-        except OSError as exc:
-            problems.append(f"{entry.name}: {exc.strerror or exc}")
-    return problems
+    return copy_scrubbed(run_dir, dest, skip=frozenset(_SKIP_IN_COPY))
 
 
 def write_kit(plan: KitPlan, kit_dir: Path, *, force: bool = False) -> dict[str, Any]:
@@ -425,8 +453,13 @@ def write_kit(plan: KitPlan, kit_dir: Path, *, force: bool = False) -> dict[str,
     """
     kit_dir = kit_dir.resolve()
     _check_target(kit_dir, force)
-    kit_dir.mkdir(parents=True, exist_ok=True)
-    (kit_dir / "runs").mkdir(exist_ok=True)
+    try:
+        kit_dir.mkdir(parents=True, exist_ok=True)
+        (kit_dir / "runs").mkdir(exist_ok=True)
+    except OSError as exc:  # a path under a file, a read-only or full file system
+        raise UsageError(f"cannot create the kit directory {kit_dir}: {exc.strerror or exc}",
+                         fix="pick a DIR whose parent is a writable directory "
+                             "(not a path under a file)") from None
     files = render_kit(plan)
     for name, text in files.items():
         path = kit_dir / name

@@ -201,3 +201,19 @@ def test_doctor_pid_of_this_process(capsys: pytest.CaptureFixture[str]) -> None:
     assert full["libraries_checked"] > 0  # this python's own .so files were examined
     assert main(["doctor", "--no-wheels", "--pid", "999999999"]) == 0
     assert "cannot read /proc/999999999/maps" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("severities, strict_rc", [
+    (["warning"], 1), (["problem", "info"], 1), (["info"], 0), ([], 0)])
+def test_strict_fails_on_what_the_report_lists(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str],
+                                               severities: list[str], strict_rc: int) -> None:
+    """--strict exits 1 exactly when the report prints "N problem(s)" (issue 13: a machine
+    without compute-sanitizer printed "2 problem(s)" and exited 0 under --strict)."""
+    full = identity.collect_full(scan_wheels=False)
+    full["problems"] = [{"severity": s, "area": "tools", "message": f"a {s}", "fix": "do x"}
+                        for s in severities]
+    monkeypatch.setattr(identity, "collect_full", lambda **kw: full)
+    assert main(["doctor", "--strict"]) == strict_rc
+    assert ("problem(s)" in capsys.readouterr().out) == bool(strict_rc)
+    assert main(["doctor"]) == 0

@@ -12,12 +12,12 @@ from faulthunt.merge import PID_STRIDE, merge_runs, rewrite_record
 from faulthunt.rundir import append_jsonl, write_json_atomic
 
 
-def make_runner(root: Path, host: str, fail: bool) -> Path:
+def make_runner(root: Path, host: str, fail: bool, run_id: str | None = None) -> Path:
     run = root / host
     (run / "events").mkdir(parents=True)
     write_json_atomic(run / "identity.json", {"host": host, "gpus": [{"index": 0, "pci": "00000000:00:06.0",
                                                                      "uuid": f"GPU-{host}", "cc": "9.0"}]})
-    write_json_atomic(run / "run.json", {"id": f"id-{host}", "argv": ["faulthunt", "stress"],
+    write_json_atomic(run / "run.json", {"id": run_id or f"id-{host}", "argv": ["faulthunt", "stress"],
                                          "started": 100.0, "ended": 200.0, "exit_status": int(fail)})
     ev = run / "events" / "gw0-4242.jsonl"
     for i in range(2):
@@ -58,8 +58,9 @@ def test_merge_two_runners(tmp_path: Path) -> None:
 
 
 def test_same_host_twice_gets_distinct_labels(tmp_path: Path) -> None:
-    a = make_runner(tmp_path / "1", "node", fail=False)
-    b = make_runner(tmp_path / "2", "node", fail=False)
+    # two runs on one host: different run ids (the same id would be the same run, merged once)
+    a = make_runner(tmp_path / "1", "node", fail=False, run_id="id-1")
+    b = make_runner(tmp_path / "2", "node", fail=False, run_id="id-2")
     info = merge_runs([a, b], tmp_path / "m")
     assert [r["runner"] for r in info["runners"]] == ["node", "node-2"]
 
@@ -91,3 +92,33 @@ def test_cli_merge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     b = make_runner(tmp_path, "node-b", fail=False)
     assert main(["merge", str(a), str(b), "-o", str(tmp_path / "m")]) == 1
     assert "1 failures" in capsys.readouterr().out
+
+
+def test_the_same_run_twice_is_merged_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 13: `merge A A` counted A's tests twice. By run id: a copy of A is still A."""
+    import shutil
+
+    a = make_runner(tmp_path, "node-a", fail=True)
+    b = make_runner(tmp_path, "node-b", fail=False)
+    copy = tmp_path / "download-2" / "node-a"
+    shutil.copytree(a, copy)
+    assert main(["merge", str(a), str(b), str(a), str(copy), "-o", str(tmp_path / "m")]) == 1
+    out = capsys.readouterr().out
+    assert out.count("skipped ") == 2 and "the same run (id id-node-a)" in out
+    summary = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert summary["tests_run"] == 4 and len(summary["failures"]) == 1
+    merge = json.loads((tmp_path / "m" / "merge.json").read_text())
+    assert [r["runner"] for r in merge["runners"]] == ["node-a", "node-b"]
+    assert [d["same_as"] for d in merge["duplicates"]] == [str(a.resolve())] * 2
+
+
+@pytest.mark.parametrize("where", ["file", "under-file", "inside-input"])
+def test_bad_out_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str) -> None:
+    a = make_runner(tmp_path, "node-a", fail=False)
+    (tmp_path / "f.txt").write_text("keep")
+    out = {"file": tmp_path / "f.txt", "under-file": tmp_path / "f.txt" / "m",
+           "inside-input": a / "merged"}[where]
+    assert main(["merge", str(a), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "fix:" in err and "Traceback" not in err
+    assert (tmp_path / "f.txt").read_text() == "keep" and not (a / "merged").exists()

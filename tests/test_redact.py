@@ -82,3 +82,113 @@ def test_redaction_keeps_ordinary_text() -> None:
 def test_redaction_is_idempotent_and_total(text: str) -> None:
     once = redact_text(text)
     assert redact_text(once) == once
+
+
+# --- shapes added with issue 18, linear time, JSON safety ---------------------------------------
+
+import json  # noqa: E402
+import time  # noqa: E402
+
+from faulthunt.redact import redact_json  # noqa: E402
+
+GHP = "ghp_" + "T0k3n" * 8
+
+
+@pytest.mark.parametrize("text,secret", [
+    ("ASIA" + "Q" * 16, "ASIA"),
+    ("https://hooks.slack.com/services/T000/B000/" + "x" * 24, "/B000/"),
+    ("stripe sk_live_" + "a1" * 12, "sk_live_"),
+    ("oauth ya29." + "z" * 30, "ya29."),
+    ("glrt-" + "r" * 24, "glrt-"),
+    ("dckr_pat_" + "d" * 27, "dckr_pat_"),
+    ("GET https://s3.example/obj?X-Amz-Credential=a&sig=abcdef123&x=1", "abcdef123"),
+    ("https://api.example/v1?api_key=k3y-value", "k3y-value"),
+    ("headers: Bearer abcdefghijklmnop.qrstuv", "abcdefghijklmnop"),
+    ("Authorization:     Bearer s3cretvalue", "s3cretvalue"),
+    ('export API_TOKEN="quoted-value"', "quoted-value"),
+])
+def test_more_secret_shapes(text: str, secret: str) -> None:
+    out = redact_text(text)
+    assert secret not in out and REDACTED in out, out
+
+
+def test_private_key_block_is_redacted_whole() -> None:
+    body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nBKcwggSjAgEAAoIBAQC7\n"
+    text = f"before\n-----BEGIN RSA PRIVATE KEY-----\n{body}-----END RSA PRIVATE KEY-----\nafter: done."
+    out = redact_text(text)
+    assert "MIIEvQ" not in out and "BKcwgg" not in out and "END RSA" not in out
+    assert out.startswith("before\n") and out.endswith("after: done.")
+
+
+def test_argv_redacts_secret_options_urls_and_assignments() -> None:
+    argv = ["faulthunt", "stress", "--", f"--api-token={GHP}", "--service-url=https://user:pa55@host/x",
+            "API_KEY=plain", "--faulthunt-id=t.py::test_password[x]", "-k", "token"]
+    out = redact_argv(argv)
+    joined = " ".join(out)
+    for secret in (GHP, "pa55", "plain"):
+        assert secret not in joined
+    assert out[:3] == argv[:3] and out[-3:] == argv[-3:]
+    assert out[3] == f"--api-token={REDACTED}" and out[4] == f"--service-url=https://user:{REDACTED}@host/x"
+
+
+def test_redact_json_walks_strings_and_secret_keys() -> None:
+    doc = {"argv": ["x", f"--token={GHP}", "--password", "opaque2", "-k", "x"],
+           "env": {"MY_API_KEY": "opaque", "PATH": "/bin"},
+           "n": 3, "nested": [{"message": f"E  AssertionError: {GHP}"}], "empty_token": ""}
+    out = redact_json(doc)
+    assert GHP not in json.dumps(out) and "opaque" not in json.dumps(out)
+    assert out["env"]["PATH"] == "/bin" and out["n"] == 3 and out["empty_token"] == ""
+    assert out["argv"][2:] == ["--password", REDACTED, "-k", "x"]
+
+
+_JSONISH = st.lists(st.sampled_from([
+    "a", "Z", "0", " ", "\n", "\t", '"', "'", "\\", "=", ":", "/", "@", "-", "_", ".", "?", "&",
+    GHP, "npm_", "npm_" + "n" * 36, "rk_live_" + "r" * 16, "API_TOKEN=", "--token ", "https://u:p@h",
+    "Authorization: Bearer ", "eyJ", "AKIA", "-----BEGIN PRIVATE KEY-----",
+]), max_size=40).map("".join)
+
+
+@given(_JSONISH)
+def test_redacting_json_text_keeps_it_json(text: str) -> None:
+    for separators in ((", ", ": "), (",", ":")):
+        line = json.dumps({"message": text, "k": [text]}, separators=separators)
+        out = json.loads(redact_text(line))
+        assert GHP not in out["message"]
+
+
+# Inputs on which the patterns before issue 18 backtracked quadratically: "-a" * 20,000
+# took 44 s, 40,000 letters 2.9 s, "eyJ" * 13,000 3.6 s, "authorization:" + 20,000 spaces 6.3 s.
+ADVERSARIAL = {
+    "dash-a": "-a", "dashes": "-", "letters": "a", "jwt-heads": "eyJ", "spaces": " ",
+    "auth": "authorization: ", "bearer": "Bearer ", "url": "a://b:", "assign": "a=",
+    "pem": "-----BEGIN PRIVATE KEY-----", "option": "--a_", "query": "?key=&",
+}
+
+
+def test_linear_time_on_adversarial_input() -> None:
+    """Every shape at 400,000 characters, in a child process killed at a generous limit: linear
+    patterns take about 6 s here in all, the old quadratic ones hours (catastrophe, not speed)."""
+    import subprocess
+    import sys
+
+    code = f"""
+from faulthunt.redact import redact_argv, redact_text
+for name, unit in {ADVERSARIAL!r}.items():
+    prefix = "authorization:" if name == "spaces" else ("http://u:" if name == "letters" else "")
+    text = prefix + unit * (400_000 // len(unit))
+    redact_text(text)
+    redact_argv([text])
+print("done")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "done", proc.stderr
+
+
+def test_redact_json_of_a_deep_record_does_not_overflow() -> None:
+    deep: object = GHP
+    for _ in range(100_000):
+        deep = [deep]
+    out = redact_json({"x": deep})["x"]
+    for _ in range(100_000):
+        out = out[0]
+    assert out == REDACTED

@@ -146,3 +146,25 @@ def test_empty_dir(tmp_path: Path) -> None:
 
 
 # The HTML page in headless Chromium: tests/test_report_html.py.
+
+
+def test_output_into_a_directory_and_bad_outputs(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 13: `report --format html -o DIR` must not fail on DIR; bad -o says the fix."""
+    from faulthunt.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE, run)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["report", "--run", str(run), "--format", "html", "-o", str(out)]) == 0
+    assert "<svg" in (out / "report.html").read_text()
+    assert main(["report", "--run", str(run), "--format", "all", "-o", str(tmp_path / "all")]) == 0
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["report.html", "report.json", "report.md"]
+    capsys.readouterr()
+    afile = tmp_path / "f.txt"
+    afile.write_text("keep")
+    assert main(["report", "--run", str(run), "--format", "all", "-o", str(afile)]) == 2
+    assert main(["report", "--run", str(run), "--format", "md", "-o", str(afile / "r.md")]) == 3
+    err = capsys.readouterr().err
+    assert err.count("fix:") == 2 and "Traceback" not in err and afile.read_text() == "keep"

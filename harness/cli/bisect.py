@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, help="with --oracle: passes needed to call this ref good")
     parser.add_argument("--measure", action="store_true", help="(internal) with --oracle: run --runs runs, no early stop")
     parser.add_argument("--json", action="store_true", help="(internal) with --oracle: print the verdict as JSON")
-    parser.add_argument("tests", nargs="*", help="pytest node ids / paths (after --)")
+    parser.add_argument("tests", nargs="*", help="pytest node ids, or files/directories (after --); "
+                        "ids are selected with --faulthunt-id, so a parametrized id works")
     parser.set_defaults(passthrough=True)
 
 
@@ -112,14 +113,15 @@ def _package(args: argparse.Namespace, tests: list[str], base: Path) -> int:
 def run(args: argparse.Namespace) -> int:
     from faulthunt.errors import UsageError
     from faulthunt.hunt.bisect import git, plan_runs, run_git_bisect
-    from faulthunt.hunt.oracle import stress_oracle
+    from faulthunt.hunt.oracle import stress_oracle, oracle_selection
 
     tests = list(args.tests) + [a for a in args.extra if a != "--"]
     if not tests:
         raise UsageError("no tests given", fix="faulthunt bisect --good G --bad B -- tests/test_x.py::test_y")
+    selection = oracle_selection(tests)  # every id checked before any checkout or install
     # stress run dirs outside the checkout, so the oracle never dirties the tree it bisects
     base = args.base or Path(tempfile.mkdtemp(prefix="faulthunt-oracle-"))
-    oracle = stress_oracle(tests, cwd=args.repo, base=base)
+    oracle = stress_oracle(selection, cwd=args.repo, base=base)
     if args.oracle:
         return _oracle_step(args, oracle)
     if args.package:

@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true",
                         help="list every library checked, not only those with problems")
     parser.add_argument("--strict", action="store_true",
-                        help="exit 1 when a problem is found (default: exit 0, report only)")
+                        help="exit 1 when a problem or a warning is listed (default: exit 0, "
+                             "report only); notes never fail")
 
 
 def render(full: dict[str, Any], out: IO[str], show_all: bool = False) -> None:
@@ -93,5 +94,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         render(full, sys.stdout, show_all=args.all)
-    has_problem = any(p["severity"] == "problem" for p in full["problems"])
-    return 1 if (args.strict and has_problem) else 0
+    # what the report lists under "N problem(s)": every severity but the informational notes
+    listed = any(p.get("severity") != "info" for p in full.get("problems") or [])
+    return 1 if (args.strict and listed) else 0

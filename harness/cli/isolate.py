@@ -13,15 +13,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("nodeid")
     parser.add_argument("--run", help="run directory or id whose worker history gives the predecessors")
     parser.add_argument("--repeats", type=int, default=3, help="runs per probe (the oracle is flaky)")
-    parser.add_argument("--cwd", type=Path, default=Path.cwd())
+    parser.add_argument("--cwd", type=Path, default=None,
+                        help="where pytest runs (default: the run's own directory, from run.json)")
     parser.add_argument("--json", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
-    from faulthunt.hunt.isolate import isolate, predecessors, pytest_probe
-    from faulthunt.rundir import resolve_run_dir
+    from faulthunt.errors import UsageError
+    from faulthunt.hunt.isolate import isolate, pytest_probe, replay_plan
+    from faulthunt.rundir import RunDir, resolve_run_dir
 
-    preds = predecessors(resolve_run_dir(args.run), args.nodeid)
-    res = isolate(args.nodeid, preds, pytest_probe(args.nodeid, cwd=args.cwd, repeats=args.repeats))
+    if args.repeats < 1:  # before reading anything: 0 would report "did not reproduce" unrun
+        raise UsageError(f"--repeats must be at least 1, not {args.repeats}: with {args.repeats} "
+                         "no probe runs", fix="pass --repeats 3 (the default) or more for a rare failure")
+    run = RunDir(resolve_run_dir(args.run))
+    replay = replay_plan(run, args.nodeid)
+    info = run.run_info()
+    cwd = args.cwd or Path(info.cwd if info is not None and info.cwd else Path.cwd())
+    probe = pytest_probe(replay.target, cwd=cwd, repeats=args.repeats, count=replay.count)
+    res = isolate(replay.target, replay.predecessors, probe)
+    res["count"] = replay.count
     print(json.dumps(res, indent=2) if args.json else res["reading"])
     return 1 if res["fails_alone"] or res["fails_after_predecessors"] else 0

@@ -14,25 +14,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("md", "json", "html", "all"), default="md",
                         help="md (default), json, html, or all three into the run directory")
     parser.add_argument("-o", "--output", type=Path,
-                        help="write here ('-' for stdout); default: md to stdout, others into the run directory")
+                        help="write here ('-' for stdout; a directory gets report.<format>, with "
+                             "--format all the three reports); default: md to stdout, others into "
+                             "the run directory")
+
+
+def _target(out: Path, name: str) -> Path:
+    """``out`` itself, or ``out/name`` when ``out`` is a directory (as cp does)."""
+    return out / name if out.is_dir() else out
 
 
 def run(args: argparse.Namespace) -> int:
-    from faulthunt.report import build_model, render, write_reports
+    from faulthunt.errors import UsageError
+    from faulthunt.report import FORMATS, build_model, render, write_reports
     from faulthunt.rundir import resolve_run_dir, write_text_atomic
 
     run_dir = resolve_run_dir(args.run)
+    out = args.output
     if args.format == "all":
-        for path in write_reports(run_dir):
-            print(path)
+        if out is None:
+            for path in write_reports(run_dir):
+                print(path)
+            return 0
+        if str(out) == "-" or (out.exists() and not out.is_dir()):
+            raise UsageError(f"--format all writes three files; -o {out} is not a directory",
+                             fix="give -o a directory (it is created), or pick one --format")
+        model = build_model(run_dir)
+        for fmt, name in FORMATS.items():
+            write_text_atomic(out / name, render(model, fmt))
+            print(out / name)
         return 0
     text = render(build_model(run_dir), args.format)
-    out = args.output
     if out is None and args.format == "md" or str(out) == "-":
         sys.stdout.write(text)
         return 0
-    if out is None:
-        out = run_dir / f"report.{args.format}"
+    name = FORMATS[args.format]
+    out = run_dir / name if out is None else _target(out, name)
     write_text_atomic(out, text)
     print(out)
     return 0

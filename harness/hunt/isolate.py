@@ -2,38 +2,99 @@
 
 ``ddmin`` (Zeller's delta debugging) shrinks the predecessor list to a 1-minimal set that still
 makes the test fail; the oracle is flaky, so each probe runs several times.
+
+A run with ``--count N`` records repeat steps (``t.py::test_a[2-3]``), names that exist only under
+that count. A probe replays them as recorded: ``--count N`` again and each exact step id selected
+with ``--faulthunt-id`` (:func:`faulthunt.nodeids.pytest_selection`), in the recorded order
+(:mod:`faulthunt.hunt.replay`). Stripping the steps to base ids would be shorter but not the same
+history: a test that leaks into its own next run (``test_a[1-3]`` pollutes ``test_a[2-3]``), or
+state that builds up over repeats, would vanish from the replay.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from faulthunt.errors import FaulthuntError, UsageError
+from faulthunt.nodeids import check_node_id, pytest_selection
+from faulthunt.records.documents import RunInfo
 from faulthunt.records.run import TestSpan
-from faulthunt.rundir import RunDir
+from faulthunt.rundir import RUN_DIR_ENV, RunDir
 
 #: fails(predecessors) -> True when running predecessors then the target fails
 Probe = Callable[[Sequence[str]], bool]
 
 
-def predecessors(run_dir: Path | RunDir, nodeid: str) -> list[str]:
-    """The tests that ran before ``nodeid`` in the worker process where it first failed (else
-    where it first ran). ``nodeid`` may be a base id (``t.py::test_a`` for ``t.py::test_a[3-5]``)."""
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+_REPEAT_STEP = re.compile(r"-(\d+)-(\d+)\]$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """What a probe replays: the target's recorded id, the ids before it, and the run's count."""
+
+    target: str
+    predecessors: tuple[str, ...]
+    count: int = 1
+
+
+def _matches(span: TestSpan, nodeid: str) -> bool:
+    return nodeid in (span.nodeid, span.base_nodeid) or span.nodeid.split("[")[0] == nodeid
+
+
+def _history(run: RunDir, nodeid: str) -> tuple[str, list[str]] | None:
+    """(recorded id, ids before it) in the worker process where ``nodeid`` first failed, else
+    where it first ran; None when it never ran."""
     by_process: dict[int | None, list[TestSpan]] = {}
     for span in run.spans():  # in start order
         by_process.setdefault(span.pid, []).append(span)
-    best: list[str] | None = None
+    best: tuple[str, list[str]] | None = None
     for spans in by_process.values():
         for i, span in enumerate(spans):
-            if span.nodeid == nodeid or span.nodeid.split("[")[0] == nodeid:
-                before = [s.nodeid for s in spans[:i]]
-                if span.outcome != "passed":
-                    return before
-                if best is None:
-                    best = before
-                break
-    return best or []
+            if _matches(span, nodeid):
+                found = (span.nodeid, [s.nodeid for s in spans[:i]])
+                if span.outcome != "passed":  # a later repeat step may be the one that failed
+                    return found
+                best = best or found
+    return best
+
+
+def _run_count(run: RunDir, target: str) -> int:
+    """The run's ``--count`` (run.json), else the one in the target's repeat step, else 1."""
+    count = (run.run_info() or RunInfo()).option("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        return count
+    step = _REPEAT_STEP.search(target)
+    return int(step.group(2)) if step else 1
+
+
+def replay_plan(run_dir: Path | RunDir, nodeid: str) -> Replay:
+    """The replay of ``nodeid`` (a base or a recorded id) from the run's worker history.
+
+    Every id is checked to be a node id: a run directory is data that may have been edited.
+    """
+    check_node_id(nodeid, "the command line")
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    found = _history(run, nodeid)
+    if found is None:  # never ran in this run: alone, as given
+        return Replay(nodeid, (), 1)
+    target, before = found
+    preds = tuple(dict.fromkeys(p for p in before if p != target))
+    where = f"the events of {run.path}"
+    for pred in (target, *preds):
+        check_node_id(pred, where)
+    return Replay(target, preds, _run_count(run, target))
+
+
+def predecessors(run_dir: Path | RunDir, nodeid: str) -> list[str]:
+    """The tests that ran before ``nodeid`` in the worker process where it first failed (else
+    where it first ran). ``nodeid`` may be a base id (``t.py::test_a`` for ``t.py::test_a[3-5]``)."""
+    return list(replay_plan(run_dir, nodeid).predecessors)
 
 
 def ddmin(items: Sequence[str], fails: Probe) -> list[str]:
@@ -61,25 +122,55 @@ def ddmin(items: Sequence[str], fails: Probe) -> list[str]:
     return current
 
 
-def pytest_probe(target: str, *, cwd: Path, repeats: int = 3, python: str | None = None) -> Probe:
+def _short_summary(stdout: str, target: str) -> set[str]:
+    """The words of pytest's short summary (``-rfEp``) about exactly ``target``."""
+    words = set()
+    for line in stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in ("FAILED", "ERROR", "PASSED") and (rest == target or rest.startswith(target + " - ")):
+            words.add(word)
+    return words
+
+
+def probe_argv(target: str, preds: Sequence[str], count: int = 1,
+               python: str | None = None) -> list[str]:
+    """The pytest command of one probe: ``preds`` then ``target``, in that order, under ``count``.
+
+    Ids are selected with ``--faulthunt-id`` (last on the line, behind ``--``), never passed as
+    arguments pytest could read as options.
+    """
+    argv = [python or sys.executable, "-m", "pytest", "-q", "-rfEp", "-p", "no:cacheprovider",
+            "-p", "no:randomly", "-p", "faulthunt", "-p", "faulthunt.hunt.replay"]
+    if count > 1:
+        argv += ["-p", "repeat", "--count", str(count)]
+    return argv + pytest_selection([*preds, target])
+
+
+def pytest_probe(target: str, *, cwd: Path, repeats: int = 3, python: str | None = None,
+                 count: int = 1) -> Probe:
     """A probe that runs ``predecessors + [target]`` in one fresh pytest process, ``repeats`` times.
 
     Fresh processes are the point: a module-level cache can only leak within one interpreter.
-    Fails when the target fails in any repeat (pytest keeps command-line node-id order).
+    Fails when the target fails (or errors) in any repeat; a target that did not run at all is
+    an error, not a pass.
     """
-    import subprocess
-    import sys
+    if repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, not {repeats}: with {repeats} nothing runs",
+                         fix="pass --repeats 3 (the default) or more for a rare failure")
+    env = {k: v for k, v in os.environ.items() if k != RUN_DIR_ENV}  # never record into a run
 
     def probe(preds: Sequence[str]) -> bool:
         for _ in range(repeats):
-            p = subprocess.run([python or sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                "-p", "no:randomly", *preds, target, "-rf"],
-                               cwd=cwd, capture_output=True, text=True)
-            if p.returncode not in (0, 1):
-                from faulthunt.errors import FaulthuntError
-                raise FaulthuntError(f"pytest exited {p.returncode} running {target}:\n{p.stdout[-1500:]}",
-                                     fix="check the node ids exist (run `pytest --collect-only`)")
-            if f"FAILED {target}" in p.stdout:
+            p = subprocess.run(probe_argv(target, preds, count, python), cwd=cwd, env=env,
+                               capture_output=True, text=True)
+            said = _short_summary(p.stdout, target)
+            bad = bool(said & {"FAILED", "ERROR"})
+            if p.returncode not in (0, 1) or not said:
+                raise FaulthuntError(f"pytest exited {p.returncode} without running {target}:\n"
+                                     f"{p.stdout[-1500:]}{p.stderr[-500:]}",
+                                     fix="check the test still exists (`pytest --collect-only -q`) and "
+                                         "that --cwd is the directory the run was started from")
+            if bad:
                 return True
         return False
 

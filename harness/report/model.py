@@ -14,6 +14,7 @@ from typing import Any
 
 from faulthunt.records.documents import Identity, RunInfo, Summary
 from faulthunt.records.events import Hang, OtherEvent
+from faulthunt.redact import redact_argv, redact_text
 from faulthunt.rundir import Layout, RunDir
 from faulthunt.stats import wilson_interval
 
@@ -131,14 +132,14 @@ def _reproduce(run: Mapping[str, Any]) -> str | None:
     import shlex
     argv = run.get("argv")
     if isinstance(argv, list) and argv:
-        parts = [str(a) for a in argv]
+        parts = redact_argv([str(a) for a in argv])
         # `python -m faulthunt` records argv[0] as the path of harness/__main__.py
         if parts and (parts[0].endswith("faulthunt") or parts[0].endswith("__main__.py")):
             parts[0] = "faulthunt"
         return " ".join(shlex.quote(p) for p in parts)
     args = run.get("pytest_args")
     if isinstance(args, list):
-        return "faulthunt stress " + " ".join(shlex.quote(str(a)) for a in args)
+        return "faulthunt stress " + " ".join(shlex.quote(a) for a in redact_argv(args))
     return None
 
 
@@ -361,7 +362,9 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                      controller: Sequence[Mapping[str, Any]], xids: Sequence[Mapping[str, Any]],
                      hang_texts: Mapping[str, str | None], notes: Sequence[str]) -> ReportModel:
     """Derive the report from already-read run-directory content (pure)."""
-    failures = [dict(f) for f in summary.get("failures") or []]
+    # messages are what tests printed and asserted: secrets of known shapes scrubbed
+    failures = [dict(f, message=redact_text(f["message"])) if isinstance(f.get("message"), str)
+                else dict(f) for f in summary.get("failures") or []]
     lanes, order = _lanes(events, controller, xids)
     runs = int(summary.get("tests_run") or sum(len(v) for v in order.values()))
     failing = [f for f in failures if f.get("outcome") != "collateral"]
@@ -395,7 +398,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
             for key in ("pyspy", "faulthandler"):
                 rel = rec.get(key)
                 if isinstance(rel, str) and hang_texts.get(rel):
-                    stack = hang_texts[rel]
+                    stack = redact_text(hang_texts[rel] or "")  # py-spy --locals shows values
                     break
             hangs.append({"nodeid": rec.get("nodeid"), "worker": rec.get("worker"), "pid": rec.get("pid"),
                           "timeout": rec.get("timeout"), "stack": stack,
@@ -436,7 +439,8 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         environment=env,
         next_steps=tuple(next_steps(summary, decoded, sanitizer, failures, run_id)),
         lanes=tuple(lanes), t_range=(min(ts), max(ts)) if ts else None,
-        notes=tuple(list(notes) + [w for w in summary.get("warnings") or [] if isinstance(w, str)]),
+        notes=tuple(redact_text(n) for n in [*notes, *(w for w in summary.get("warnings") or []
+                                                       if isinstance(w, str))]),
         simulated=_simulated(run))
 
 
