@@ -1,4 +1,7 @@
-"""Render findings: the plain-text summary (``sanitizer_summary.txt``) and the terminal table. Pure."""
+"""Render ``faulthunt sanitize``'s results: the outcome of each test, the findings table, the
+plain-text ``sanitizer_summary.txt``, and both tables on a terminal. Pure but for the printing
+functions, which write to the file they are given.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,18 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
+from faulthunt.records.documents import SanitizeOutcome
 from faulthunt.records.sanitizer import Finding
+
+#: how each outcome reads in a table
+OUTCOME_LABELS = {
+    "found": "found",
+    "reproduced_silent": "reproduced, sanitizer silent",
+    "not_reproduced": "not reproduced",
+    "timed_out": "timed out",
+    "not_checked": "not checked",
+}
+OUTCOME_HEADERS = ("test", "tool", "outcome", "runs", "detail")
 
 
 def _where(f: Finding) -> str:
@@ -67,20 +81,62 @@ def render_headline(f: Finding) -> str:
     return text
 
 
+def outcome_rows(outcomes: Sequence[SanitizeOutcome]) -> list[tuple[str, ...]]:
+    """Rows of the outcome table: test, tool, outcome, runs (checked/started), detail."""
+    rows = []
+    for o in outcomes:
+        runs = str(o.runs) if o.started == o.runs else f"{o.runs} of {o.started}"
+        rows.append((o.nodeid, o.tool, OUTCOME_LABELS.get(o.outcome, o.outcome), runs, o.text))
+    return rows
+
+
+def render_outcomes(outcomes: Sequence[SanitizeOutcome]) -> list[str]:
+    """One paragraph per test and tool: the honest result of its reruns."""
+    out = []
+    for o in outcomes:
+        out.append(f"  {o.nodeid}  [{o.tool}]  {OUTCOME_LABELS.get(o.outcome, o.outcome)}")
+        out.append(f"      {o.text}")
+    return out
+
+
+def render_verdict(outcomes: Sequence[SanitizeOutcome], findings: Sequence[Finding]) -> str:
+    """The one line under the tables: what the reruns add up to (never "no errors" for a test
+    that did not fail under the sanitizer)."""
+    if findings:
+        return f"offending kernel: {render_headline(findings[0])}"
+    if not outcomes:
+        return "faulthunt sanitize: nothing to rerun"
+    kinds = {o.outcome for o in outcomes}
+    if kinds == {"not_checked"}:
+        return "faulthunt sanitize: could not check any test under compute-sanitizer (see the notes)"
+    if "reproduced_silent" in kinds:
+        return ("faulthunt sanitize: the failure came back under the sanitizer with no sanitizer "
+                "record (see each test's line for the tools that see more)")
+    return ("faulthunt sanitize: no sanitizer finding, and the failure did not come back under the "
+            "sanitizer (see each test's runs and the rate they rule out)")
+
+
 def render_summary(findings: Sequence[Finding], *, tests: Sequence[Mapping[str, Any]] = (),
                    dropped: Sequence[str] = (), tool_version: str | None = None,
-                   records: int = 0, notes: Sequence[str] = ()) -> str:
-    """The readable ``sanitizer_summary.txt``: headline, table, each finding's example and stack."""
+                   records: int = 0, notes: Sequence[str] = (),
+                   outcomes: Sequence[SanitizeOutcome] = ()) -> str:
+    """The readable ``sanitizer_summary.txt``: headline, each test's outcome, the runs, the table,
+    each finding's example and stack."""
     out: list[str] = []
     out.append(f"faulthunt sanitize: {len(findings)} finding(s) from {records} record(s)"
                + (f", compute-sanitizer {tool_version}" if tool_version else ""))
     if findings:
         out += ["", "Offending kernel: " + render_headline(findings[0])]
+    if outcomes:
+        out += ["", "Outcome per test:"] + render_outcomes(outcomes)
     if tests:
-        out += ["", "Tests rerun:"]
+        out += ["", "Runs:"]
         for t in tests:
             state = "timed out" if t.get("timed_out") else f"exit {t.get('exit_status')}"
-            out.append(f"  {t.get('nodeid')}  [{t.get('tool')}]  {state}, {t.get('records', 0)} record(s)"
+            run = f" run {t['run']}" if t.get("run") is not None else ""
+            out.append(f"  {t.get('nodeid')}  [{t.get('tool')}]{run}  "
+                       + (f"{t['state']}, " if t.get("state") else "")
+                       + f"{state}, {t.get('records', 0)} record(s)"
                        + (f", {t.get('duration', 0):.1f}s" if t.get("duration") is not None else ""))
     if dropped:
         out += ["", "Options left out (not supported by this compute-sanitizer):"]
@@ -98,15 +154,32 @@ def render_summary(findings: Sequence[Finding], *, tests: Sequence[Mapping[str, 
     return "\n".join(out) + "\n"
 
 
+def _console(file: IO[str]) -> Any:
+    from rich.console import Console
+
+    isatty = getattr(file, "isatty", lambda: False)()
+    # a pipe or a file gets the whole table unwrapped; a terminal gets its own width
+    return Console(file=file, soft_wrap=False, width=None if isatty else 240)
+
+
+def print_outcomes(outcomes: Sequence[SanitizeOutcome], file: IO[str]) -> None:
+    """The outcome table on a terminal (test ids and texts are data, not rich markup)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="under the sanitizer, per test", show_lines=False)
+    for h in OUTCOME_HEADERS:
+        table.add_column(h, overflow="fold")
+    for row in outcome_rows(outcomes):
+        table.add_row(*(escape(c) for c in row))
+    _console(file).print(table)
+
+
 def print_table(findings: Sequence[Finding], file: IO[str]) -> None:
-    """The findings table on a terminal (rich), or plain text when rich is unavailable."""
-    try:
-        from rich.console import Console
-        from rich.markup import escape
-        from rich.table import Table
-    except ImportError:  # pragma: no cover - rich is a dependency
-        file.write(render_table(findings) + "\n")
-        return
+    """The findings table on a terminal (rich)."""
+    from rich.markup import escape
+    from rich.table import Table
+
     rows = table_rows(findings)
     keep = [i for i, h in enumerate(HEADERS) if h != "test" or any(r[i] != "-" for r in rows)]
     table = Table(title="compute-sanitizer findings (first = offending kernel)", show_lines=False)
@@ -114,6 +187,4 @@ def print_table(findings: Sequence[Finding], file: IO[str]) -> None:
         table.add_column(HEADERS[i], overflow="fold")
     for row in rows:  # kernel names and test ids are data, not rich markup ("[x/y]", "[bold]")
         table.add_row(*(escape(row[i]) for i in keep))
-    isatty = getattr(file, "isatty", lambda: False)()
-    # a pipe or a file gets the whole table unwrapped; a terminal gets its own width
-    Console(file=file, soft_wrap=False, width=None if isatty else 240).print(table)
+    _console(file).print(table)
