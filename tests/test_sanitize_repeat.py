@@ -433,3 +433,24 @@ def test_guard_mode_follows_the_environment_else_the_stress_run():
     assert env == {"FAULTHUNT_GUARD": "1"} and "from the environment" in notes[1]
     srun._guard(env := {}, RunInfo(), notes)
     assert env == {}
+
+
+def test_reports_show_each_outcome_and_never_a_clean_bill(tmp_path, project):
+    from faulthunt.report import build_model, render
+    from faulthunt.report.github import sanitize_summary
+
+    run = stress_run(tmp_path, project, [("test_r.py::test_never", "test_r.py::test_never")],
+                     {"test_r.py::test_never": (1, 8)})
+    target = plan_targets([Recorded("test_r.py::test_never", failures=1, runs=8)])[0]
+    outcome = outcome_for(target, "memcheck", [_result(i, "passed") for i in range(1, 24)],
+                          stopped="runs", tools_run=["memcheck"])
+    write_json_atomic(run / "sanitizer" / "sanitizer.json", {
+        "findings": [], "records": 0, "tests": [], "complete": True, "outcomes": [outcome.to_json()]})
+    model = build_model(run)
+    md, html = render(model, "md"), render(model, "html")
+    for text in (md, html, sanitize_summary(model)):
+        assert "reported no errors" not in text
+        assert "not reproduced in 23 runs: a rate above 12% is unlikely (95% confidence)" in text
+    assert "| test_r.py::test_never | memcheck | not reproduced | 23 |" in md
+    assert 'id="sanitizer-outcomes-table"' in html
+    assert any("--until-found" in step for step in model.next_steps)
