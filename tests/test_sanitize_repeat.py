@@ -454,3 +454,14 @@ def test_reports_show_each_outcome_and_never_a_clean_bill(tmp_path, project):
     assert "| test_r.py::test_never | memcheck | not reproduced | 23 |" in md
     assert 'id="sanitizer-outcomes-table"' in html
     assert any("--until-found" in step for step in model.next_steps)
+
+
+def test_the_planted_suites_random_mode_draws_afresh_each_run():
+    """FAULTHUNT_PLANT_SEED=random: the GPU check's intermittent fault (scripts/gpu/sanitize_intermittent.sh)
+    fires about 1 run in 8 whatever the id, so a rerun of the recorded id is a fresh draw."""
+    from faulthunt.kernels.catalog import fires
+
+    hits = sum(fires("kernels/suite/test_planted.py::test_planted[wild_write-cuda-3-40]", 8, None)
+               for _ in range(8000))
+    assert 800 < hits < 1200  # 1000 expected; these bounds are 7 standard deviations out
+    assert len({fires("k", 8, 3) for _ in range(50)}) == 1  # a seed stays deterministic
