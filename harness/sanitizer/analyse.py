@@ -151,7 +151,7 @@ def _outcome_text(o: dict[str, object], target: Target, tools_run: Sequence[str]
         text = f"not reproduced in {k} run{'s' if k != 1 else ''}: {ruled_out_text(k)}"
         if target.failures and target.runs:
             rate = target.failures / target.runs
-            text += f"; the stress run failed {target.failures} of {target.runs} ({_pct(rate)})"
+            text += f"; the stress run failed {target.failures} of {target.runs} ({100 * rate:.3g}%)"
             if rate > rate_ruled_out(k, CONFIDENCE):
                 text += (", a rate these runs make unlikely: under the sanitizer it shows less "
                          "often, if at all (its slowdown changes timing)")

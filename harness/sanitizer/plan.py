@@ -188,7 +188,8 @@ class Target:
     runs: int | None = None
     #: --with-predecessors: the tests that ran before ``ids[0]`` in its stress worker, in order
     sequence: tuple[str, ...] = ()
-    #: how many tests ran before it in its worker in the stress run (the --with-predecessors hint)
+    #: how many other tests ran before it in its worker in the stress run (the
+    #: --with-predecessors hint)
     predecessors_seen: int = 0
 
     def selection(self, run: int) -> tuple[str, ...]:
@@ -263,8 +264,10 @@ def plan_targets(recorded: Sequence[Recorded], *, count: int | None = None, unti
         elif with_predecessors:
             why += ("; no test ran before it in its stress worker, so it runs alone" if not preds else
                     "; pytest-repeat is missing, so its recorded sequence cannot be replayed")
+        # the hint counts other tests: earlier repeats of the same test are no predecessors to replay
+        others = sum(base_of(p) != rec.base for p in preds)
         out.append(Target(rec.base, ids, mode, why, planned, planned_why, rec.failures, rec.runs,
-                          sequence, len(preds)))
+                          sequence, others))
     return out
 
 
