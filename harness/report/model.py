@@ -447,7 +447,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         lanes=tuple(lanes), t_range=(min(ts), max(ts)) if ts else None,
         notes=tuple(list(notes) + [w for w in summary.get("warnings") or [] if isinstance(w, str)]),
         simulated=_simulated(run),
-        sanitizer_outcomes=tuple(o for o in (sanitizer or {}).get("outcomes") or [] if isinstance(o, Mapping)))
+        sanitizer_outcomes=tuple(dict(o) for o in (sanitizer or {}).get("outcomes") or [] if isinstance(o, Mapping)))
 
 
 def _count(items: Any) -> dict[str, int]:

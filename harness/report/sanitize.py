@@ -41,7 +41,7 @@ def _addr(f: Finding) -> str:
 
 def table_rows(findings: Sequence[Finding]) -> list[tuple[str, ...]]:
     """Rows of the findings table: #, tool, error, kernel, where, count, threads, blocks, addresses."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for i, f in enumerate(findings, 1):
         rows.append((str(i), f.tool or "-", f.error, f.kernel or "-", _where(f), str(f.count),
                      f.threads.render() if f.threads else "-", f.blocks.render() if f.blocks else "-",
@@ -83,7 +83,7 @@ def render_headline(f: Finding) -> str:
 
 def outcome_rows(outcomes: Sequence[SanitizeOutcome]) -> list[tuple[str, ...]]:
     """Rows of the outcome table: test, tool, outcome, runs (checked/started), detail."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for o in outcomes:
         runs = str(o.runs) if o.started == o.runs else f"{o.runs} of {o.started}"
         rows.append((o.nodeid, o.tool, OUTCOME_LABELS.get(o.outcome, o.outcome), runs, o.text))

@@ -29,9 +29,9 @@ import shutil
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 from xml.sax.saxutils import quoteattr
 
 from faulthunt.errors import FaulthuntError, RunDirError, UsageError
@@ -154,7 +154,7 @@ def salvage_xml(text: str) -> tuple[str, int, bool]:
     (document, records, whole document was intact). A file cut off by a timeout kill loses only
     its unfinished record.
     """
-    parser = ET.XMLPullParser(events=("start", "end"))
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
     kept: list[ET.Element] = []
     depth = 0
     intact = True
@@ -162,8 +162,9 @@ def salvage_xml(text: str) -> tuple[str, int, bool]:
     try:
         for pos in range(0, len(text), step):
             parser.feed(text[pos:pos + step])
-            for event, el in parser.read_events():
-                if el.tag != "record":
+            # typeshed's event union includes queue entries that start/end events never are
+            for event, el in cast("Iterator[tuple[str, Any]]", parser.read_events()):
+                if not isinstance(el, ET.Element) or el.tag != "record":
                     continue
                 if event == "start":
                     depth += 1
@@ -233,18 +234,20 @@ def _select(run_dir: Path | None, opts: SanitizeOptions, here: Path, notes: list
                 notes.append("no faulthunt run found: rerunning pytest's last-failed tests")
             last_failed = True
     collateral: list[str] = []
-    kw = {"count": opts.count, "until_found": opts.until_found}
     if opts.tests is not None:
-        targets, source = given_targets(opts.tests, **kw), "the command line"
+        targets = given_targets(opts.tests, count=opts.count, until_found=opts.until_found)
+        source = "the command line"
     elif last_failed:
-        targets = plan_targets(read_last_failed(here), ids_mode=opts.ids, have_repeat=have_repeat(), **kw)
+        targets = plan_targets(read_last_failed(here), count=opts.count, until_found=opts.until_found,
+                               ids_mode=opts.ids, have_repeat=have_repeat())
         source = "pytest's last-failed cache"
     else:
         assert run_dir is not None
         run = RunDir(run_dir)
         recorded, collateral, source = recorded_failures(run)
-        targets = plan_targets(recorded, ids_mode=opts.ids, have_repeat=have_repeat(), run=run,
-                               with_predecessors=opts.with_predecessors, **kw)
+        targets = plan_targets(recorded, count=opts.count, until_found=opts.until_found,
+                               ids_mode=opts.ids, have_repeat=have_repeat(), run=run,
+                               with_predecessors=opts.with_predecessors)
     for t in targets:  # ids are data: a hand-edited run cannot smuggle an option into pytest
         for nodeid in (*t.sequence, *t.ids):
             check_node_id(nodeid, source)
