@@ -397,55 +397,63 @@ def run_sanitize(run_dir: Path | None, opts: SanitizeOptions | None = None, *,
     if sel.collateral:
         notes.append(f"left out {len(sel.collateral)} collateral test(s) (failed only because an earlier "
                      f"test poisoned their worker): {', '.join(sel.collateral[:5])}")
-    env = dict(base_env)
-    env.update({RUN_DIR_ENV: str(rerun_dir), LEDGER_ENV: opts.ledger,
-                "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
-    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        env.pop(var, None)
-    _guard(env, sel.run_info, notes)
-
-    tools = opts.tools()
-    budget = f", budget {opts.budget:g}s" if opts.budget else ""
-    say(f"compute-sanitizer {info.version or '?'} at {info.path}")
-    say(f"{len(sel.targets)} test(s) to rerun from {sel.source}"
-        + (f" with {', '.join(tools)}, {opts.parallel} sanitizer process(es) at once{budget}" if sel.targets else ""))
-    for t in sel.targets:
-        say(f"  {t.base}: {t.why}; {t.planned_why}")
+    env = _rerun_env(base_env, rerun_dir, opts, sel, notes)
+    _announce(say, info, sel, opts)
 
     output = _Output(out_dir, info, sel, opts, notes)
-    lanes = [Lane(t, tool) for t in sel.targets for tool in tools]
+    lanes = [Lane(t, tool) for t in sel.targets for tool in opts.tools()]
     planned = {t.base: t.planned for t in sel.targets}
-    dropped: dict[str, None] = {}
 
     def on_run(result: RunResult, log_text: str, xml_text: str) -> None:
-        output.dropped = list(dropped)
+        output.dropped = list(collector.dropped)
         output.add(result, log_text, xml_text)
         say(_run_line(result, planned.get(result.base)))
         output.write(output.analysis(lanes), complete=False)
 
-    build = functools.partial(_build, info, opts)
-    collector = Collector(Settings(out_dir, sel.cwd, env, opts.timeout, build), lanes,
-                          parallel=opts.parallel, budget=opts.budget, keep_going=opts.keep_going,
+    collector = Collector(Settings(out_dir, sel.cwd, env, opts.timeout, functools.partial(_build, info, opts)),
+                          lanes, parallel=opts.parallel, budget=opts.budget, keep_going=opts.keep_going,
                           on_run=on_run, say=say)
-    collector.dropped = dropped
-
     output.write(output.analysis(lanes), complete=False)
     try:
         collector.run()
-    finally:
-        output.dropped = list(collector.dropped)
-        analysis = output.analysis(lanes)
-        if any(o.order_kept is False for o in analysis.outcomes):
-            notes.append("a recorded sequence did not run in its order: see tests[].tests in sanitizer.json")
-        note = _map_addresses(sel.run_dir, analysis.findings) if sys.exc_info()[0] is None else None
-        if note:
-            notes.append(note)
-        output.write(analysis, complete=sys.exc_info()[0] is None)
+    except BaseException:
+        output.write(output.analysis(lanes), complete=False)  # what the runs so far say
+        raise
+    analysis = output.analysis(lanes)
+    if any(o.order_kept is False for o in analysis.outcomes):
+        notes.append("a recorded sequence did not run in its order: see tests[].tests in sanitizer.json")
+    note = _map_addresses(sel.run_dir, analysis.findings)
+    if note:
+        notes.append(note)
+    output.write(analysis, complete=True)
     say(f"wrote {out_dir / SANITIZER_SUMMARY}")
     return SanitizeResult(out_dir, list(analysis.findings), analysis.outcomes,
                           [{**r.meta, "state": r.state} for r in output.runs], analysis.records,
                           tuple(output.dropped), info.version, tuple(notes),
                           round(time.monotonic() - output.t0, 3))
+
+
+def _rerun_env(base: Mapping[str, str], rerun_dir: Path, opts: SanitizeOptions, sel: _Selection,
+               notes: list[str]) -> dict[str, str]:
+    """The reruns' environment: the plugin and ledger on, no xdist leftovers, guard mode carried."""
+    env = dict(base)
+    env.update({RUN_DIR_ENV: str(rerun_dir), LEDGER_ENV: opts.ledger,
+                "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
+    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        env.pop(var, None)
+    _guard(env, sel.run_info, notes)
+    return env
+
+
+def _announce(say: Callable[[str], None], info: cmd.ToolInfo, sel: _Selection, opts: SanitizeOptions) -> None:
+    """The plan in words: the tool, the tests, and for each which ids and how many runs."""
+    budget = f", budget {opts.budget:g}s" if opts.budget else ""
+    say(f"compute-sanitizer {info.version or '?'} at {info.path}")
+    say(f"{len(sel.targets)} test(s) to rerun from {sel.source}"
+        + (f" with {', '.join(opts.tools())}, {opts.parallel} sanitizer process(es) at once{budget}"
+           if sel.targets else ""))
+    for t in sel.targets:
+        say(f"  {t.base}: {t.why}; {t.planned_why}")
 
 
 def _build(info: cmd.ToolInfo, opts: SanitizeOptions, tool: str, log_file: str,
