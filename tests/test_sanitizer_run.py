@@ -193,10 +193,13 @@ def test_timeout_kills_the_test_and_keeps_the_log(tmp_path, project):
 @pytest.mark.slow
 def test_all_tools_and_memcheck_only_options(tmp_path, project):
     run = stress_run(tmp_path, project)
-    result = run_sanitize(run, tool="all", tests=["test_k.py::test_ok"], padding=32, env=standin_env(tmp_path), quiet=True)
-    assert [t["tool"] for t in result.tests] == ["memcheck", "racecheck", "initcheck", "synccheck"]
+    # every tool with its own runs: two each, four processes at once
+    result = run_sanitize(run, tool="all", tests=["test_k.py::test_ok"], padding=32, count=2, parallel=4,
+                          env=standin_env(tmp_path), quiet=True)
+    assert sorted(t["tool"] for t in result.tests) == sorted(["memcheck", "racecheck", "initcheck", "synccheck"] * 2)
     assert exit_status(result) == 0 and result.findings == []
-    assert [o.outcome for o in result.outcomes] == ["not_reproduced"] * 4
+    assert [(o.tool, o.outcome, o.runs) for o in result.outcomes] == [
+        (t, "not_reproduced", 2) for t in ("memcheck", "racecheck", "initcheck", "synccheck")]
     for argv in invocations(tmp_path):
         tool = argv[argv.index("--tool") + 1]
         assert ("--padding" in argv) == (tool == "memcheck")

@@ -212,7 +212,7 @@ def outcome_for(target: Target, tool: str, runs: Sequence[RunResult], *, stopped
 
 def first_findings(runs: Sequence[RunResult]) -> list[Finding]:
     """The findings of the run where the fault first showed (the lowest run number)."""
-    found = sorted((r for r in runs if r.findings), key=lambda r: r.run)
+    found = sorted((r for r in runs if r.findings and r.state == "found"), key=lambda r: r.run)
     return list(found[0].findings) if found else []
 
 

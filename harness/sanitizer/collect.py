@@ -221,8 +221,10 @@ class Collector:
         return done
 
     def _stop_all(self, why: str, *, finished_too: bool = False) -> None:
-        for lane in self.lanes:
-            lane.stopped = lane.stopped or why
+        busy = {id(a.lane) for a in self.active}
+        for lane in self.lanes:  # a lane that had done all its runs was not stopped by this
+            if lane.stopped is None and (lane.wants_run() or id(lane) in busy):
+                lane.stopped = why
         going = [a for a in self.active if finished_too or a.proc.poll() is None]
         if going:
             self.say(f"{why}: stopping {len(going)} run(s) still going")
