@@ -124,7 +124,8 @@ def main() -> int:
     copies = {}
     for name in ("single", "exact", "until_found", "serial", "parallel"):
         copies[name] = work / name
-        shutil.copytree(stress, copies[name], ignore=shutil.ignore_patterns("ledger", "sanitizer"))
+        shutil.copytree(stress, copies[name], ignore=shutil.ignore_patterns(
+            "ledger", "sanitizer", "kmsg_before.txt", "kmsg_after.txt"))
 
     def found_at_line(doc: dict) -> bool:
         return any(f.get("kernel") == "wild_write" and (f.get("file") or "").endswith("planted.cu")

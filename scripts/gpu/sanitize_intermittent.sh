@@ -31,5 +31,11 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$des
 } 2>&1 | tee "$dest/log.txt"
 timeout -k 10 285 python3 scripts/gpu/sanitize_intermittent.py "$work" "$dest" 2>&1 | tee -a "$dest/log.txt"
 echo "rc=${PIPESTATUS[0]}" | tee -a "$dest/log.txt"
-tar -C "$work" -czf "$dest/runs.tgz" --exclude='ledger' --exclude='pytest_cache' . 2>/dev/null
+tar -C "$work" -czf "$dest/runs.tgz" --exclude='ledger' --exclude='pytest_cache' \
+  --exclude='kmsg_before.txt' --exclude='kmsg_after.txt' . 2>/dev/null
+if [ "$(stat -c %s "$dest/runs.tgz" 2>/dev/null || echo 0)" -gt 15000000 ]; then  # 16 MiB a file comes back
+  tar -C "$work" -czf "$dest/runs.tgz" --exclude='ledger' --exclude='pytest_cache' --exclude='kmsg_*' \
+    --exclude='logs' --exclude='xml' . 2>/dev/null
+  echo "runs.tgz: per-run logs left out (over 15 MB); steps.txt and results.json have the figures" | tee -a "$dest/log.txt"
+fi
 ls -la "$dest"
