@@ -247,10 +247,11 @@ def test_a_finding_stops_the_tests_other_runs(tmp_path, project):
 
 
 @pytest.mark.slow
-def test_base_ids_and_a_single_rerun_are_said_honestly(tmp_path, project, capsys):
+def test_base_ids_and_a_single_rerun_are_said_honestly(tmp_path, project, capsys, monkeypatch):
     run = stress_run(tmp_path, project, [("test_r.py::test_step[2-3]", "test_r.py::test_step")],
                      {"test_r.py::test_step": (1, 3)})
-    result = run_sanitize(run, env=env_for(tmp_path), ids="base", count=1, quiet=True)
+    monkeypatch.chdir(tmp_path)  # a run given by a relative path: every path handed on is absolute
+    result = run_sanitize(run.relative_to(tmp_path), env=env_for(tmp_path), ids="base", count=1, quiet=True)
     (o,) = result.outcomes
     assert (o.outcome, o.runs, o.id_mode, o.ids) == ("not_reproduced", 1, "base", ["test_r.py::test_step"])
     assert o.text.startswith("not reproduced in 1 run: a rate above 95% is unlikely (95% confidence)")

@@ -391,7 +391,9 @@ def run_sanitize(run_dir: Path | None, opts: SanitizeOptions | None = None, *,
     base_env = dict(os.environ if opts.env is None else opts.env)
     info = cmd.probe(cmd.require_compute_sanitizer(base_env), env=base_env)
     notes: list[str] = []
-    sel = _select(run_dir, opts, Path(opts.cwd) if opts.cwd is not None else Path.cwd(), notes)
+    # absolute: every path handed to compute-sanitizer and pytest is read from the test's cwd
+    here = (Path(opts.cwd) if opts.cwd is not None else Path.cwd()).resolve()
+    sel = _select(Path(run_dir).resolve() if run_dir is not None else None, opts, here, notes)
     out_dir = sel.run_dir / Layout.SANITIZER_DIR
     rerun_dir = _prepare(out_dir)
     if sel.collateral:
