@@ -21,7 +21,7 @@ from faulthunt.cli.sanitize import exit_status, parse_duration, show
 from faulthunt.errors import UsageError
 from faulthunt.records.documents import RunInfo
 from faulthunt.rundir import RunDir, create_run_dir, write_json_atomic
-from faulthunt.sanitizer import run_sanitize
+from faulthunt.sanitizer import parse_text, reduce_records, run_sanitize
 from faulthunt.sanitizer import run as srun
 from faulthunt.sanitizer.analyse import RunResult, outcome_for, ruled_out_text, silent_hint
 from faulthunt.sanitizer.collect import pytest_argv
@@ -214,12 +214,12 @@ def test_runs_stop_at_the_first_finding_unless_every_run_is_asked_for(tmp_path, 
     (o,) = result.outcomes
     assert (o.outcome, o.found_in_run, o.started, o.planned) == ("found", 3, 3, None)
     assert runs_of(tmp_path, "test_third") == 3
-    assert o.text == "found in run 3"
+    assert o.text.startswith("found in run 3: Invalid __global__ write (out of bounds) in kernel max_reduce_off_by_one")
     # --keep-going: every run of --count, the rate under the sanitizer
     result = run_sanitize(run, env=env_for(tmp_path, "b"), count=4, keep_going=True, quiet=True)
     (o,) = result.outcomes
     assert (o.outcome, o.found_in_run, o.runs, o.finding_runs) == ("found", 3, 4, 1)
-    assert o.text == "found in run 3 (in 1 of 4 runs)"
+    assert o.text.startswith("found in run 3 (in 1 of 4 runs): Invalid __global__ write")
     assert [t["run"] for t in result.tests] == [1, 2, 3, 4]
 
 
@@ -344,7 +344,7 @@ def test_planned_runs_come_from_the_stress_rate():
     assert planned_runs(7, True, 1, 8)[0] == 7            # --count wins, --until-found still stops
     assert planned_runs(None, True, 1, 8) == (None, "until found (--until-found), within the budget")
     assert planned_runs(None, False, None, None)[0] == 1  # nothing known: one run, said
-    assert planned_runs(None, False, 5, 5)[0] == 1        # always fails: one run sees it
+    assert planned_runs(None, False, 5, 5) == (1, "one run: it failed every run of the stress run (5 of 5)")
 
 
 def test_rate_ruled_out_reads_as_the_issue_says():
@@ -373,7 +373,7 @@ def _result(run: int, state: str, **kw: object) -> RunResult:
              "skipped": (("t.py::a", "skipped"),)}.get(state, ())
     fields: dict = {"tests": tests}
     if state == "found":
-        fields["findings"] = (object(),)
+        fields["findings"] = tuple(reduce_records(parse_text((H200 / "san_memcheck_oob1.txt").read_text())))
     fields.update(kw)
     return RunResult(run, "t.py::a", "memcheck", run, ("t.py::a",), **fields)
 
@@ -383,6 +383,8 @@ def test_outcomes_from_run_states():
     o = outcome_for(target, "memcheck", [_result(1, "passed"), _result(2, "failed"), _result(3, "found"),
                                          _result(4, "x", cancelled="found")], stopped="found", tools_run=["memcheck"])
     assert (o.outcome, o.found_in_run, o.runs, o.failed_runs, o.cancelled_runs) == ("found", 3, 3, 1, 1)
+    assert o.text == ("found in run 3: Invalid __global__ write (out of bounds) in kernel max_reduce_off_by_one "
+                      "at faults.cu:18")
     o = outcome_for(target, "memcheck", [_result(i, "passed") for i in range(1, 30)] + [_result(30, "skipped")],
                     stopped="runs", tools_run=["memcheck"])
     assert (o.outcome, o.runs, o.not_checked_runs) == ("not_reproduced", 29, 1)

@@ -159,7 +159,7 @@ def test_reruns_recorded_failures_and_writes_everything(tmp_path, project, capsy
     # the terminal shows the outcome and findings tables (the CLI prints them)
     show(result)
     shown = capsys.readouterr().out
-    assert "max_reduce_off_by_one" in shown and "offending kernel:" in shown and "found in run 1" in shown
+    assert "max_reduce_off_by_one" in shown and "offending kernel:" in shown and "found in run 1:" in shown
 
 
 @pytest.mark.slow

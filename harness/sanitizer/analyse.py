@@ -144,6 +144,11 @@ def _outcome_text(o: dict[str, object], target: Target, tools_run: Sequence[str]
         text = f"found in run {o['found_in_run']}"
         if int(o["finding_runs"]) > 1 or k > int(o["found_in_run"]):  # type: ignore[call-overload]
             text += f" (in {o['finding_runs']} of {k} runs)"
+        first = first_findings(runs)
+        if first:
+            f = first[0]
+            where = f.location.rsplit("/", 1)[-1] if f.file else f.location
+            text += f": {f.error}" + (f" in kernel {f.kernel}" if f.kernel else "") + f" at {where}"
     elif kind == "reproduced_silent":
         text = (f"reproduced, sanitizer silent: failed in {o['failed_runs']} of {k} run(s) under "
                 f"{o['tool']} with no record; {silent_hint(tools_run)}")

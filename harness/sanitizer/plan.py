@@ -215,8 +215,10 @@ def planned_runs(count: int | None, until_found: bool, failures: int | None,
         return count, f"--count {count}"
     if until_found:
         return None, "until found (--until-found), within the budget"
+    if failures and runs and failures >= runs:
+        return 1, f"one run: it failed every run of the stress run ({failures} of {runs})"
     if failures and runs:
-        rate = min(1.0, failures / runs)
+        rate = failures / runs
         n = runs_to_detect(rate)
         return n, (f"{n} run(s): enough to see a {_pct(rate)} failure rate ({failures} of {runs} "
                    f"runs in the stress run) with 95% confidence")
