@@ -248,6 +248,8 @@ def _select(run_dir: Path | None, opts: SanitizeOptions, here: Path, notes: list
         targets = plan_targets(recorded, count=opts.count, until_found=opts.until_found,
                                ids_mode=opts.ids, have_repeat=have_repeat(), run=run,
                                with_predecessors=opts.with_predecessors)
+    if opts.with_predecessors and (opts.tests is not None or last_failed):
+        notes.append("--with-predecessors needs a stress run (its workers' sequences): each test runs alone")
     for t in targets:  # ids are data: a hand-edited run cannot smuggle an option into pytest
         for nodeid in (*t.sequence, *t.ids):
             check_node_id(nodeid, source)
