@@ -4,7 +4,7 @@
 # reproduced in 1 run"), found by `faulthunt sanitize --until-found -n 4` with kernel and line, and
 # the same number of runs timed on one sanitizer process and on four (goal: >= 3x).
 # Run from the repository root after ../shared/device/fetch-wheels.sh filled .whl/ (pytest-repeat;
-# msgspec as the lead carries it). One call, under 5 minutes (the driver is killed at 285 s).
+# msgspec as the lead carries it). One call, under 5 minutes (the driver is killed at 265 s).
 # Writes $OUT/sanitize_intermittent/: log.txt (PASS/FAIL lines, "ALL OK" last on success),
 # results.json (every figure), steps.txt (each command's output), runs.tgz (the run directories
 # without ledgers), pip.log. Plain device memory only; no GPU setting is changed.
@@ -29,7 +29,7 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$des
   compute-sanitizer --version 2>&1 | tail -2 || echo "compute-sanitizer not on PATH"
   python3 -c 'import pytest_repeat, msgspec; print("pytest-repeat", pytest_repeat.__version__ if hasattr(pytest_repeat, "__version__") else "?", "msgspec", msgspec.__version__)' 2>&1
 } 2>&1 | tee "$dest/log.txt"
-timeout -k 10 285 python3 scripts/gpu/sanitize_intermittent.py "$work" "$dest" 2>&1 | tee -a "$dest/log.txt"
+timeout -k 10 265 python3 scripts/gpu/sanitize_intermittent.py "$work" "$dest" 2>&1 | tee -a "$dest/log.txt"
 echo "rc=${PIPESTATUS[0]}" | tee -a "$dest/log.txt"
 tar -C "$work" -czf "$dest/runs.tgz" --exclude='ledger' --exclude='pytest_cache' \
   --exclude='kmsg_before.txt' --exclude='kmsg_after.txt' . 2>/dev/null
