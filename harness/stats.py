@@ -67,3 +67,19 @@ def runs_to_detect(rate: float, confidence: float = 0.95) -> int:
 def miss_probability(rate: float, runs: int) -> float:
     """Probability that ``runs`` runs of a bug failing at ``rate`` all pass."""
     return (1.0 - rate) ** runs
+
+
+def rate_ruled_out(runs: int, confidence: float = 0.95) -> float:
+    """The failure rate that ``runs`` passing runs in a row rule out at ``confidence``.
+
+    The inverse of :func:`runs_to_detect`: a bug failing at a rate above the returned value would
+    have shown at least once in ``runs`` runs with probability ``confidence``, so "not reproduced
+    in 41 runs" reads "a rate above 7% is unlikely". ``runs`` 0 rules out nothing (1.0).
+    """
+    if runs < 0:
+        raise ValueError(f"runs must be >= 0, not {runs}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), not {confidence}")
+    if runs == 0:
+        return 1.0
+    return 1.0 - (1.0 - confidence) ** (1.0 / runs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import secrets
 from typing import Any
 
 #: flavours a planted fault can come in
@@ -348,14 +349,18 @@ def catalog_json() -> list[dict[str, Any]]:
     return [f.to_json() for f in CATALOG]
 
 
-def fires(key: str, every: int, seed: int = 0) -> bool:
+def fires(key: str, every: int, seed: int | None = 0) -> bool:
     """Whether the intermittent planted bug fires for ``key`` (1 run in ``every``, seeded).
 
     Deterministic for (seed, key): a test id under pytest-repeat (``test_x[3-50]``) gives each
     repeat its own draw, so about one repeat in ``every`` runs the bug and the rest run the twin,
-    and the same seed reproduces the same failing repeats. ``every <= 1`` always fires.
+    and the same seed reproduces the same failing repeats. ``every <= 1`` always fires. ``seed``
+    None draws afresh each call: a fault that does not depend on the test's id, as most real
+    intermittent faults do not (a rerun of the same id fires 1 time in ``every``).
     """
     if every <= 1:
         return True
+    if seed is None:
+        return secrets.randbelow(every) == 0
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big") % every == 0

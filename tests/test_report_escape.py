@@ -187,7 +187,7 @@ def test_stress_summary_table_prints_exact_ids(tmp_path: Path) -> None:
 
 
 def test_sanitizer_table_prints_exact_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    from faulthunt.sanitizer import render as san_render
+    from faulthunt.report import sanitize as san_render
 
     rows = [(str(i), "memcheck", "Invalid __global__ write", f"k[{p}]", "k.cu:3", "1", "-", "-", "-", n)
             for i, (p, n) in enumerate(zip(HOSTILE_PARAMS, HOSTILE_IDS), 1) if "\n" not in n]

@@ -21,12 +21,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faulthunt.cli import main
+from faulthunt.cli.sanitize import exit_status, show
 from faulthunt.errors import ToolMissingError
 from faulthunt.rundir import create_run_dir, read_json, read_jsonl_dir, write_json_atomic
 from faulthunt.sanitizer import parse_text, parse_xml, run_sanitize
 from faulthunt.sanitizer import run as srun
 from faulthunt.records.documents import Summary
-from faulthunt.sanitizer.run import base_of, read_last_failed
+from faulthunt.sanitizer.plan import base_of, read_last_failed
 
 DATA = Path(__file__).parent / "data"
 H200 = DATA / "h200"
@@ -104,14 +105,18 @@ def test_reruns_recorded_failures_and_writes_everything(tmp_path, project, capsy
     run = stress_run(tmp_path, project)
     result = run_sanitize(run, env=standin_env(tmp_path), timeout=120)
     out_dir = run / "sanitizer"
-    assert result.out_dir == out_dir and result.exit_status == 1
-    # exactly the recorded base tests, once each, collateral left out
-    assert [t["nodeid"] for t in result.tests] == ["test_k.py::test_oob", "test_k.py::test_streamrace"]
+    assert result.out_dir == out_dir and exit_status(result) == 1
+    # exactly the recorded failing runs, collateral left out: the first recorded repeat step of
+    # each, with the stress run's --count so that pytest-repeat makes that id
+    assert [t["nodeid"] for t in result.tests] == ["test_k.py::test_oob[2-5]", "test_k.py::test_streamrace[1-5]"]
+    assert [t["base"] for t in result.tests] == ["test_k.py::test_oob", "test_k.py::test_streamrace"]
     head = result.findings[0]
-    assert (head.kernel, head.file, head.line, head.nodeid) == ("max_reduce_off_by_one", "faults.cu", 18, "test_k.py::test_oob")
-    race = [f for f in result.findings if f.nodeid == "test_k.py::test_streamrace"]
+    assert (head.kernel, head.file, head.line, head.nodeid) == ("max_reduce_off_by_one", "faults.cu", 18, "test_k.py::test_oob[2-5]")
+    race = [f for f in result.findings if f.nodeid == "test_k.py::test_streamrace[1-5]"]
     assert race[0].kernel == "scale" and race[0].line == 26 and race[0].count == 20
     assert race[0].error == "Invalid __global__ read (potentially accessed before it is allocated)"
+    assert [(o.nodeid, o.outcome, o.found_in_run, o.id_mode, o.count) for o in result.outcomes] == [
+        ("test_k.py::test_oob", "found", 1, "exact", 5), ("test_k.py::test_streamrace", "found", 1, "exact", 5)]
 
     # the command: only options the 2025.3.1 help lists, and the defaults
     for argv in invocations(tmp_path):
@@ -122,40 +127,53 @@ def test_reruns_recorded_failures_and_writes_everything(tmp_path, project, capsy
             assert cs[cs.index(opt[0]):][:2] == opt
         assert "--xml" in cs and cs[cs.index("--save") + 1].endswith(".xml")
         assert target[1:5] == ["-m", "pytest", "-p", "faulthunt"]
-        assert "--count" not in target and target[target.index("-n") + 1] == "0"
-        assert target[-1] in ("test_k.py::test_oob", "test_k.py::test_streamrace")
+        assert target[target.index("--count") + 1] == "5" and target[target.index("-n") + 1] == "0"
+        # the id is data behind --faulthunt-id=, the collection root after "--", last
+        assert target[-2] == "--" and target[-1] in ("test_k.py::test_oob", "test_k.py::test_streamrace")
+        assert f"--faulthunt-id={target[-1]}[" in " ".join(target)
 
     # the files of the run directory
     log = (out_dir / "sanitizer.log").read_text()
-    assert "# faulthunt sanitize: test test_k.py::test_oob tool memcheck exit 86" in log
+    assert "# faulthunt sanitize: test test_k.py::test_oob[2-5] tool memcheck run 1 exit 86" in log
     assert len(parse_text(log)) == 2 + 20
     assert len(parse_xml((out_dir / "sanitizer.xml").read_text())) == 2 + 100
     doc = read_json(out_dir / "sanitizer.json")
-    assert doc["records"] == 22 and doc["exit_status"] == 1 and doc["complete"] is True
+    assert doc["records"] == 22 and doc["complete"] is True
+    assert [o["outcome"] for o in doc["outcomes"]] == ["found", "found"]
     assert doc["collateral"] == ["test_k.py::test_ok"]
     assert doc["findings"][0]["kernel"] == "max_reduce_off_by_one"
     assert {"tool", "kind", "kernel", "file", "line", "access", "size", "address_range", "count", "threads",
             "blocks", "example", "host_stack", "nodeid"} <= set(doc["findings"][0])
     assert [t["sanitizer_errors"] for t in doc["tests"]] == [True, True]
+    assert [t["tests"] for t in doc["tests"]] == [[["test_k.py::test_oob[2-5]", "failed"]],
+                                                  [["test_k.py::test_streamrace[1-5]", "failed"]]]
     summary = (out_dir / "sanitizer_summary.txt").read_text()
     assert "Offending kernel: Invalid __global__ write (out of bounds) in kernel max_reduce_off_by_one at faults.cu:18" in summary
+    assert "test_k.py::test_oob  [memcheck]  found" in summary
     # the rerun ran with the faulthunt plugin on: its own spans are in sanitizer/run/events
     spans = read_jsonl_dir(out_dir / "run" / "events").records
-    assert {s["nodeid"] for s in spans if s.get("event") == "start"} == {"test_k.py::test_oob", "test_k.py::test_streamrace"}
+    assert {s["nodeid"] for s in spans if s.get("event") == "start"} == {"test_k.py::test_oob[2-5]",
+                                                                         "test_k.py::test_streamrace[1-5]"}
     # the user's own pytest cache is not touched by the rerun
     assert not (project / ".pytest_cache").exists()
-    # the terminal shows the findings table
+    # the terminal shows the outcome and findings tables (the CLI prints them)
+    show(result)
     shown = capsys.readouterr().out
-    assert "max_reduce_off_by_one" in shown and "offending kernel:" in shown
+    assert "max_reduce_off_by_one" in shown and "offending kernel:" in shown and "found in run 1:" in shown
 
 
 @pytest.mark.slow
 def test_last_failed_without_a_run(tmp_path, project):
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:faulthunt", "--count", "2",
                     "-k", "not hang", "test_k.py"], cwd=project, capture_output=True, check=False)
-    assert sorted(read_last_failed(project)) == ["test_k.py::test_oob", "test_k.py::test_streamrace"]
+    cached = sorted(read_last_failed(project), key=lambda r: r.base)
+    assert [(r.base, r.exact) for r in cached] == [
+        ("test_k.py::test_oob", ("test_k.py::test_oob[1-2]", "test_k.py::test_oob[2-2]")),
+        ("test_k.py::test_streamrace", ("test_k.py::test_streamrace[1-2]", "test_k.py::test_streamrace[2-2]"))]
     result = run_sanitize(None, cwd=project, env=standin_env(tmp_path), quiet=True)
-    assert [t["nodeid"] for t in result.tests] == ["test_k.py::test_oob", "test_k.py::test_streamrace"]
+    # the cache's exact ids, rerun with the --count they were made with (pytest --lf would find none)
+    assert sorted(t["nodeid"] for t in result.tests) == ["test_k.py::test_oob[1-2]", "test_k.py::test_streamrace[1-2]"]
+    assert {o.outcome for o in result.outcomes} == {"found"}
     assert result.out_dir.parent.parent == project / ".faulthunt" / "runs"
     assert "no faulthunt run found" in result.notes[0]
     assert (result.out_dir / "sanitizer.json").is_file()
@@ -166,17 +184,22 @@ def test_timeout_kills_the_test_and_keeps_the_log(tmp_path, project):
     run = stress_run(tmp_path, project)
     result = run_sanitize(run, tests=["test_k.py::test_hang"], timeout=3, env=standin_env(tmp_path), quiet=True)
     (t,) = result.tests
-    assert t["timed_out"] and result.exit_status == 1
-    assert any("ran past the 3s timeout" in n for n in result.notes)
+    assert t["timed_out"] and exit_status(result) == 1
+    (o,) = result.outcomes
+    assert o.outcome == "timed_out" and "raise --timeout" in o.text
     assert (run / t["output"]).is_file()
 
 
 @pytest.mark.slow
 def test_all_tools_and_memcheck_only_options(tmp_path, project):
     run = stress_run(tmp_path, project)
-    result = run_sanitize(run, tool="all", tests=["test_k.py::test_ok"], padding=32, env=standin_env(tmp_path), quiet=True)
-    assert [t["tool"] for t in result.tests] == ["memcheck", "racecheck", "initcheck", "synccheck"]
-    assert result.exit_status == 0 and result.findings == []
+    # every tool with its own runs: two each, four processes at once
+    result = run_sanitize(run, tool="all", tests=["test_k.py::test_ok"], padding=32, count=2, parallel=4,
+                          env=standin_env(tmp_path), quiet=True)
+    assert sorted(t["tool"] for t in result.tests) == sorted(["memcheck", "racecheck", "initcheck", "synccheck"] * 2)
+    assert exit_status(result) == 0 and result.findings == []
+    assert [(o.tool, o.outcome, o.runs) for o in result.outcomes] == [
+        (t, "not_reproduced", 2) for t in ("memcheck", "racecheck", "initcheck", "synccheck")]
     for argv in invocations(tmp_path):
         tool = argv[argv.index("--tool") + 1]
         assert ("--padding" in argv) == (tool == "memcheck")
@@ -249,9 +272,10 @@ def test_nothing_to_rerun(tmp_path, project, capsys):
     run = create_run_dir(tmp_path / "runs" / "clean")
     write_json_atomic(run / "summary.json", {"tests_run": 3, "passed": 3, "failures": [], "xids": [], "exit_status": 0})
     result = run_sanitize(run, cwd=project, env=standin_env(tmp_path))
-    assert result.exit_status == 0 and result.tests == [] and result.findings == []
+    assert exit_status(result) == 0 and result.tests == [] and result.findings == []
     doc = read_json(run / "sanitizer" / "sanitizer.json")
     assert doc["complete"] and doc["findings"] == [] and doc["tests"] == []
+    show(result)
     assert "nothing to rerun" in capsys.readouterr().out
 
 
@@ -261,8 +285,10 @@ def test_sanitizer_that_cannot_run_is_not_a_clean_result(tmp_path, project, caps
     env = standin_env(tmp_path)
     env["STANDIN_TOOL_FAILS"] = str(DATA / "sanitizer" / "text" / "cpu_only_machine_2026.4.txt")
     result = run_sanitize(run, tests=["test_k.py::test_oob"], env=env)
-    assert result.exit_status == 4 and result.findings == []
+    assert exit_status(result) == 4 and result.findings == []
     assert "Target application terminated before first instrumented API call" in result.tests[0]["tool_error"]
+    assert result.outcomes[0].outcome == "not_checked"
+    show(result)
     assert "could not check any test" in capsys.readouterr().out
 
 
@@ -290,5 +316,5 @@ def test_base_of_never_raises(nodeid):
 def test_a_test_that_no_longer_exists(tmp_path, project):
     run = stress_run(tmp_path, project)
     result = run_sanitize(run, tests=["test_k.py::test_renamed"], env=standin_env(tmp_path), quiet=True)
-    assert result.tests[0]["exit_status"] == 4 and result.exit_status == 4
-    assert any("pytest could not run test_k.py::test_renamed" in n for n in result.notes)
+    assert result.tests[0]["exit_status"] == 4 and exit_status(result) == 4
+    assert "not checked: pytest could not run the test (exit 4" in result.outcomes[0].text

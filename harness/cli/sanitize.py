@@ -1,14 +1,23 @@
 """``faulthunt sanitize``: rerun recorded failures under compute-sanitizer; ``sanitize parse`` a saved log.
 
-Thin: parses arguments, calls :func:`faulthunt.sanitizer.run_sanitize` or the parsers.
+Thin: parses arguments, calls :func:`faulthunt.sanitizer.run_sanitize` or the parsers, prints the
+result with :mod:`faulthunt.report.sanitize`, and decides the exit status (:func:`exit_status`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from faulthunt.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from faulthunt.sanitizer.run import SanitizeResult
 
 HELP = "rerun a run's failing tests under compute-sanitizer and reduce its output to the offending kernels"
 
@@ -19,13 +28,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", default=None,
                         help="run directory or id under .faulthunt/runs (default: the latest)")
     parser.add_argument("--tool", choices=TOOL_CHOICES, default="memcheck",
-                        help="sanitizer tool, or all four one after another (default memcheck)")
+                        help="sanitizer tool, or all four, each with its own runs (default memcheck)")
     parser.add_argument("--last-failed", action="store_true",
                         help="rerun pytest's last-failed tests (.pytest_cache) instead of a run's")
     parser.add_argument("--test", action="append", default=None, metavar="NODEID",
                         help="rerun this test instead of the recorded ones (repeatable)")
+    parser.add_argument("--count", type=int, default=None, metavar="N",
+                        help="runs per test, stopping at the first finding (default: enough runs to "
+                             "see the stress run's failure rate with 95%% confidence, else 1)")
+    parser.add_argument("--until-found", action="store_true",
+                        help="no run limit: rerun each test until its fault shows or the budget ends "
+                             "(with --count N: at most N)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="do every run of --count even after the fault showed (its rate under the "
+                             "sanitizer; timing comparisons)")
+    parser.add_argument("--budget", default="30m", metavar="TIME",
+                        help="time for the whole sanitize, e.g. 90s, 10m, 2h; then no run starts and "
+                             "the runs going are stopped (default 30m; 0 or none: no limit)")
+    parser.add_argument("-n", "--parallel", type=int, default=1, metavar="N",
+                        help="sanitizer processes at once (the GPU runs several; default 1)")
+    parser.add_argument("--ids", choices=("auto", "exact", "base"), default="auto",
+                        help="rerun the recorded ids with their repeat step and the stress run's --count "
+                             "(exact), the base ids (base), or exact where recorded (auto, the default)")
+    parser.add_argument("--with-predecessors", action="store_true",
+                        help="rerun each test after the tests that ran before it in its stress worker, "
+                             "in the recorded order (for a fault that needs its predecessors)")
     parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds per test under the sanitizer before it is killed (default 600)")
+                        help="seconds per run under the sanitizer before it is killed (default 600)")
     parser.add_argument("--padding", type=int, default=None, metavar="N",
                         help="memcheck: N bytes of padding after each allocation (catches "
                              "overflows into a neighbouring buffer)")
@@ -100,21 +129,76 @@ def _parse(args: argparse.Namespace) -> int:
     return 1
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds of ``90``, ``90s``, ``10m``, ``2h``; None for ``0`` or ``none`` (no limit)."""
+    if text.strip().lower() in ("none", "0", "off"):
+        return None
+    m = _DURATION.match(text)
+    if not m:
+        raise UsageError(f"--budget {text!r} is not a duration", fix="write it as 90s, 10m or 2h (or none)")
+    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+    return seconds or None
+
+
+def exit_status(result: SanitizeResult) -> int:
+    """The exit status of a sanitize (docs/sanitize.md): 1 when a fault showed (a finding, a
+    failure under the sanitizer, a run past its timeout), 4 when no test could be checked, 0
+    when nothing came back (each test's line says in how many runs)."""
+    kinds = {o.outcome for o in result.outcomes}
+    if result.findings or kinds & {"found", "reproduced_silent", "timed_out"}:
+        return ExitCode.FOUND
+    if kinds == {"not_checked"}:
+        return ExitCode.TOOL_MISSING  # as good as no tool: nothing was checked
+    return ExitCode.OK
+
+
+def show(result: SanitizeResult, out: object = None, err: object = None) -> None:
+    """The outcome table, the findings table and the verdict on stdout; the notes on stderr."""
+    from faulthunt.report.sanitize import print_outcomes, print_table, render_verdict
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if result.outcomes:
+        print_outcomes(result.outcomes, out)  # type: ignore[arg-type]
+    if result.findings:
+        print_table(result.findings, out)  # type: ignore[arg-type]
+    print(render_verdict(result.outcomes, result.findings), file=out)  # type: ignore[arg-type]
+    for d in result.dropped:
+        print(f"faulthunt sanitize: left out {d}", file=err)  # type: ignore[arg-type]
+    for note in result.notes:
+        print(f"faulthunt sanitize: {note}", file=err)  # type: ignore[arg-type]
+
+
+def options(args: argparse.Namespace) -> object:
+    """The :class:`~faulthunt.sanitizer.run.SanitizeOptions` of the command line."""
+    from faulthunt.sanitizer.run import SanitizeOptions
+
+    tests: Sequence[str] | None = args.test
+    return SanitizeOptions(
+        tool=args.tool, count=args.count, until_found=args.until_found, keep_going=args.keep_going,
+        budget=parse_duration(args.budget), parallel=args.parallel, ids=args.ids,
+        with_predecessors=args.with_predecessors, timeout=args.timeout, padding=args.padding,
+        print_limit=args.print_limit, report_api_errors=args.report_api_errors,
+        leak_check=args.leak_check, kernel_filters=tuple(args.kernel),
+        ledger=args.ledger, tests=tuple(tests) if tests is not None else None,
+        last_failed=args.last_failed, cwd=args.cwd)
+
+
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "sanitize_action", None) == "parse":
         return _parse(args)
+    from faulthunt.report.ci import write_ci_outputs  # GitHub step summary and annotations
     from faulthunt.rundir import resolve_run_dir
     from faulthunt.sanitizer.run import run_sanitize
 
     run_dir = resolve_run_dir(args.run) if args.run is not None else None
-    result = run_sanitize(run_dir, tool=args.tool, timeout=args.timeout, last_failed=args.last_failed,
-                          padding=args.padding, cwd=args.cwd, quiet=args.quiet,
-                          print_limit=args.print_limit, report_api_errors=args.report_api_errors,
-                          leak_check=args.leak_check, kernel_filters=args.kernel, tests=args.test,
-                          ledger=args.ledger)
-    from faulthunt.report.ci import write_ci_outputs  # GitHub step summary and annotations
-
+    result = run_sanitize(run_dir, options(args), quiet=args.quiet)  # type: ignore[arg-type]
+    if not args.quiet:
+        show(result)
     for line in write_ci_outputs(result.out_dir.parent, "sanitize"):
         if not args.quiet:
             print(f"faulthunt sanitize: {line}", file=sys.stderr)
-    return result.exit_status
+    return exit_status(result)

@@ -319,12 +319,61 @@ class AddressedFinding(Doc, frozen=True, kw_only=True):
         return near if isinstance(near, dict) else None
 
 
+#: ``SanitizeOutcome.outcome`` values: the honest result of rerunning one test under one tool
+SANITIZE_OUTCOMES = ("found", "reproduced_silent", "not_reproduced", "timed_out", "not_checked")
+
+
+class SanitizeOutcome(Doc, frozen=True, kw_only=True):
+    """One test under one sanitizer tool, over all its reruns (faulthunt.sanitizer.analyse).
+
+    ``found``: a sanitizer record, first in run ``found_in_run``; ``reproduced_silent``: the test
+    failed under the sanitizer with no record; ``not_reproduced``: ``runs`` runs passed, which rules
+    out a failure rate above ``rate_ruled_out`` at 95%; ``timed_out``: every run that ended ran past
+    its timeout; ``not_checked``: no run could check the test (the tool or pytest could not run it).
+    """
+
+    nodeid: str
+    tool: str
+    outcome: str
+    #: runs that checked the test (passed, failed or found); cancelled and unchecked ones excluded
+    runs: int = 0
+    #: runs asked for (None: until found, within the budget)
+    planned: int | None = None
+    started: int = 0
+    found_in_run: int | None = None
+    finding_runs: int = 0
+    failed_runs: int = 0
+    timed_out_runs: int = 0
+    not_checked_runs: int = 0
+    cancelled_runs: int = 0
+    rate_ruled_out: float | None = None
+    #: the stress run's failures and runs of this test (None: not known)
+    stress_failures: int | None = None
+    stress_runs: int | None = None
+    #: exact (the recorded ids with their repeat step, pytest-repeat ``count``), base, or given
+    id_mode: str | None = None
+    ids: list[str] = []
+    count: int | None = None
+    #: --with-predecessors: how many tests ran before it in each run, and whether they ran in the
+    #: recorded order (None: not a sequence run, or not known)
+    predecessors: int = 0
+    order_kept: bool | None = None
+    #: why its runs ended: found, silent, runs, budget, interrupted
+    stopped: str | None = None
+    text: str = ""
+
+
 class SanitizerDoc(Doc, frozen=True, kw_only=True):
     """``sanitizer/sanitizer.json``: what a sanitize run found (findings as the records write them)."""
 
     findings: list[dict[str, Any]] = []
     records: int = 0
+    #: one entry per sanitizer run (a test under one tool, once)
     tests: list[Any] = []
+    #: per test and tool, the result over its runs (absent in sanitize runs before repeats)
+    outcomes: list[SanitizeOutcome] = []
+    parallel: int | None = None
+    wall_s: float | None = None
     exit_status: int | None = None
     complete: bool = False
     headline: str | None = None

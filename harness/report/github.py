@@ -15,8 +15,9 @@ from typing import Any
 
 from faulthunt.report.common import clip, failing_tests, headline, rate_text
 from faulthunt.report.escape import md_text
-from faulthunt.report.markdown import (failures_table, first_finding_line, sanitizer_table,
-                                       tests_table, xids_table)
+from faulthunt.report.markdown import (failures_table, first_finding_line, no_finding_text,
+                                       sanitizer_outcomes_table, sanitizer_table, tests_table,
+                                       xids_table)
 from faulthunt.report.model import ReportModel
 
 #: GitHub shows at most 10 error annotations per step; more are dropped silently
@@ -142,8 +143,9 @@ def sanitize_summary(model: ReportModel) -> str:
     """The step summary of a sanitize run: the first offending kernel and the findings table."""
     out = _heading(model, "sanitize")
     if not model.sanitizer:
-        out += ["compute-sanitizer reported no errors." if model.sanitizer_ran
-                else "compute-sanitizer did not run.", ""]
+        out += [no_finding_text(model) if model.sanitizer_ran else "compute-sanitizer did not run.", ""]
     else:
         out += [first_finding_line(model), "", *sanitizer_table(model), ""]
+    if model.sanitizer_outcomes:
+        out += [*sanitizer_outcomes_table(model), ""]
     return "\n".join(out) + "\n"

@@ -329,11 +329,25 @@ def xids_table(model: ReportModel) -> str:
                                  ("access", "text"), ("allocation", "text")], rows)
 
 
+def _outcomes_table(model: ReportModel) -> str:
+    from faulthunt.report.sanitize import OUTCOME_LABELS
+
+    rows = ["<tr>" + _td(o.get("nodeid"), "id") + _td(o.get("tool"))
+            + _td(OUTCOME_LABELS.get(str(o.get("outcome")), o.get("outcome"))) + _td(o.get("runs"), "num")
+            + _td(o.get("text")) + "</tr>" for o in model.sanitizer_outcomes]
+    return _table("sanitizer-outcomes-table", [("test", "text"), ("tool", "text"), ("outcome", "text"),
+                                               ("runs", "num"), ("detail", "text")], rows)
+
+
 def sanitizer_section(model: ReportModel) -> str:
     if not model.sanitizer_ran:
         return "<p>Not run yet.</p>"
     if not model.sanitizer:
-        return "<p>compute-sanitizer ran and reported no errors.</p>"
+        if model.sanitizer_outcomes:
+            return ("<p>No sanitizer finding; per test, what the reruns add up to:</p>"
+                    + _outcomes_table(model))
+        return ("<p>compute-sanitizer ran and reported no errors (this sanitize did not record whether "
+                "the failures came back under it).</p>")
     first = model.sanitizer[0]
     access = f", {_e(first.get('access'))} of size {_e(first.get('size'))}" if first.get("access") else ""
     out = [f'<p id="offending-kernel">First offending kernel: <code>{_e(first.get("kernel"))}</code> at '
@@ -344,6 +358,8 @@ def sanitizer_section(model: ReportModel) -> str:
             + _td(f.get("count"), "num") + _td(f.get("nodeid"), "id") + "</tr>" for f in model.sanitizer]
     out.append(_table("sanitizer-table", [("tool", "text"), ("kind", "text"), ("kernel", "text"),
                                           ("source", "text"), ("count", "num"), ("test", "text")], rows))
+    if model.sanitizer_outcomes:
+        out.append(_outcomes_table(model))
     example = example_text(first.get("example"))
     if example:
         out.append(f'<p>The first finding as compute-sanitizer printed it:</p>'

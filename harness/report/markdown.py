@@ -64,6 +64,25 @@ def sanitizer_table(model: ReportModel) -> list[str]:
                     md_cell(f.get("count")), md_cell(f.get("nodeid"))] for f in model.sanitizer])
 
 
+def sanitizer_outcomes_table(model: ReportModel) -> list[str]:
+    """Each rerun test's outcome under the sanitizer: found, reproduced but silent, not reproduced."""
+    from faulthunt.report.sanitize import OUTCOME_LABELS
+
+    return _table(["test", "tool", "outcome", "runs", "detail"],
+                  [[md_cell(o.get("nodeid")), md_cell(o.get("tool")),
+                    md_cell(OUTCOME_LABELS.get(str(o.get("outcome")), o.get("outcome"))),
+                    md_cell(o.get("runs")), md_cell(o.get("text"), newlines="space")]
+                   for o in model.sanitizer_outcomes])
+
+
+def no_finding_text(model: ReportModel) -> str:
+    """What a sanitize without findings says: never "no errors" for a test that did not fail."""
+    if model.sanitizer_outcomes:
+        return "No sanitizer finding; per test, what the reruns add up to:"
+    return ("compute-sanitizer ran and reported no errors (this sanitize did not record whether "
+            "the failures came back under it).")
+
+
 def first_finding_line(model: ReportModel) -> str:
     """``First offending kernel: `k` at `file:line` (kind, access of size n)``."""
     first = model.sanitizer[0]
@@ -108,10 +127,14 @@ def render(model: ReportModel) -> str:
     if not model.sanitizer_ran:
         L += ["Not run yet."]
     elif not model.sanitizer:
-        L += ["compute-sanitizer ran and reported no errors."]
+        L += [no_finding_text(model)]
+        if model.sanitizer_outcomes:
+            L += ["", *sanitizer_outcomes_table(model)]
     else:
         L += [first_finding_line(model), ""]
         L += sanitizer_table(model)
+        if model.sanitizer_outcomes:
+            L += ["", *sanitizer_outcomes_table(model)]
         example = example_text(model.sanitizer[0].get("example"))
         if example:
             L += ["", *md_fence(example)]

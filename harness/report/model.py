@@ -51,6 +51,9 @@ class ReportModel:
     notes: tuple[str, ...]                 # what was missing or damaged
     #: why this run is not real evidence (None: a real run): the demo's simulator backend
     simulated: str | None = None
+    #: sanitizer.json ``outcomes``: per test and tool, found / reproduced but silent / not
+    #: reproduced in K runs (empty for sanitize runs that predate them)
+    sanitizer_outcomes: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The report.json object (same content as the Markdown)."""
@@ -339,8 +342,14 @@ def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
         steps.append(f"No sanitizer run yet: `faulthunt sanitize --run {run_id}` reruns the failing tests "
                      "under compute-sanitizer memcheck to name the kernel and source line.")
     elif sanitizer is not None and not sanitizer.get("findings") and (failures or xids):
-        steps.append("memcheck found nothing: try `faulthunt sanitize --tool racecheck` / `synccheck` / "
-                     "`initcheck`, or `faulthunt isolate NODEID` if it fails only after other tests.")
+        kinds = {o.get("outcome") for o in sanitizer.get("outcomes") or [] if isinstance(o, Mapping)}
+        if "not_reproduced" in kinds and "reproduced_silent" not in kinds:
+            steps.append("The failure did not come back under compute-sanitizer: rerun it more often "
+                         "(`faulthunt sanitize --until-found -n 4`) or after the tests that ran before it "
+                         "(`--with-predecessors`).")
+        else:
+            steps.append("memcheck found nothing: try `faulthunt sanitize --tool racecheck` / `synccheck` / "
+                         "`initcheck`, or `faulthunt isolate NODEID` if it fails only after other tests.")
     hung = [f for f in failures if f.get("outcome") == "hung"]
     if hung:
         steps.append("A test hung: the stacks above show where; a kernel spinning on a flag or a "
@@ -441,7 +450,8 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         lanes=tuple(lanes), t_range=(min(ts), max(ts)) if ts else None,
         notes=tuple(redact_text(n) for n in [*notes, *(w for w in summary.get("warnings") or []
                                                        if isinstance(w, str))]),
-        simulated=_simulated(run))
+        simulated=_simulated(run),
+        sanitizer_outcomes=tuple(dict(o) for o in (sanitizer or {}).get("outcomes") or [] if isinstance(o, Mapping)))
 
 
 def _count(items: Any) -> dict[str, int]:

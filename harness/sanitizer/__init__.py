@@ -5,15 +5,19 @@
 - :mod:`.reduce`      records -> findings, the offending kernel first (pure)
 - :mod:`.demangle`    C++ and numba-cuda kernel names
 - :mod:`.command`     find the tool, read its ``--help``, build its command line
-- :mod:`.render`      summary text and the findings table
-- :mod:`.run`         ``faulthunt sanitize``: rerun recorded failures under the sanitizer (I/O)
+- :mod:`.render`      the findings renderers' old import path (they live in faulthunt.report.sanitize)
+- :mod:`.plan`        which tests to rerun, as which ids, how many times
+- :mod:`.collect`     the sanitizer processes, several at once (I/O)
+- :mod:`.analyse`     runs -> found / reproduced but silent / not reproduced in K runs
+- :mod:`.run`         ``faulthunt sanitize``: plan -> collect -> analyse, written as it goes
+- :mod:`.rerun_plugin` the pytest side of a rerun (its pid, a replayed sequence's order)
 """
 
 from faulthunt.records.sanitizer import Finding, SanitizerRecord
 from faulthunt.sanitizer.parse_text import parse_text, parse_text_log
 from faulthunt.sanitizer.parse_xml import parse_xml
 from faulthunt.sanitizer.reduce import reduce_records
-from faulthunt.sanitizer.run import SanitizeResult, run_sanitize
+from faulthunt.sanitizer.run import SanitizeOptions, SanitizeResult, run_sanitize
 
-__all__ = ["run_sanitize", "SanitizeResult", "parse_text", "parse_text_log", "parse_xml",
+__all__ = ["run_sanitize", "SanitizeOptions", "SanitizeResult", "parse_text", "parse_text_log", "parse_xml",
            "reduce_records", "Finding", "SanitizerRecord"]

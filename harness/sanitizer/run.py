@@ -1,15 +1,20 @@
-"""``faulthunt sanitize``: rerun the recorded failing tests under compute-sanitizer (the I/O edge).
+"""``faulthunt sanitize``: rerun the recorded failing tests under compute-sanitizer, as often as
+the fault needs, on several sanitizer processes at once (the engine).
 
-Running a whole suite under compute-sanitizer costs 10-100x; ``pytest --lf`` after a killed run
-reruns everything and pytest-repeat ids do not match without the same ``--count``. So this reruns
-exactly the *base* tests a stress run recorded as failing (``summary.json``, or the raw
-``events/`` when the run was killed before its summary), one pytest process per test and tool,
-without xdist, under a per-test timeout, and turns the sanitizer's records into findings.
+Running a whole suite under compute-sanitizer costs 10-100x, and an intermittent fault that hits
+one run in eight passes a single rerun seven times in eight. So this reruns exactly the tests a
+stress run recorded as failing (``summary.json``, or the raw ``events/`` when the run was killed
+before its summary), each up to N times or until its fault shows, spread over ``parallel``
+sanitizer processes, and says per test what the runs add up to: ``found`` (in which run),
+``reproduced, sanitizer silent``, or ``not reproduced in K runs`` with the failure rate that rules
+out. Three steps: :mod:`.plan` (which ids, how many runs), :mod:`.collect` (the processes),
+:mod:`.analyse` (the outcomes); :mod:`faulthunt.report.sanitize` renders; the CLI picks the exit
+status.
 
 Everything lands in ``<run>/sanitizer/`` as it happens (docs/rundir.md, docs/sanitize.md):
 ``logs/NNN-<tool>.log`` (sanitizer text), ``logs/NNN-<tool>.pytest.log`` (the test's own output),
-``xml/NNN-<tool>.xml``, and the combined ``sanitizer.log``, ``sanitizer.xml``, ``sanitizer.json``
-and ``sanitizer_summary.txt`` (rewritten after every test, so a killed sanitize keeps what it had).
+``xml/NNN-<tool>.xml``, the appended ``sanitizer.log``, and ``sanitizer.xml``, ``sanitizer.json``
+and ``sanitizer_summary.txt`` (rewritten after every run, so a killed sanitize keeps what it had).
 The tests run with the faulthunt plugin and the allocation ledger on
 (``FAULTHUNT_RUN_DIR=<run>/sanitizer/run``, ``FAULTHUNT_LEDGER=auto``) so that the mapper can put
 the sanitizer's addresses next to the allocations of the very process that made them.
@@ -18,32 +23,35 @@ the sanitizer's addresses next to the allocations of the very process that made 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import json
+import functools
 import os
-import re
-import signal
-import subprocess
+import shutil
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 from xml.sax.saxutils import quoteattr
 
-from faulthunt.errors import FaulthuntError, InputError, RunDirError, ToolMissingError, UsageError
-from faulthunt.records.documents import RunInfo, Summary
-from faulthunt.records.sanitizer import TOOLS, Finding, SanitizerRecord
+from faulthunt.errors import FaulthuntError, RunDirError, UsageError
+from faulthunt.guard.config import GUARD_ENV
+from faulthunt.nodeids import check_node_id
+from faulthunt.records.documents import RunInfo, SanitizeOutcome
+from faulthunt.records.sanitizer import TOOLS, Finding
+from faulthunt.report.sanitize import render_headline, render_summary
 from faulthunt.rundir import (
     DEFAULT_BASE, RUN_DIR_ENV, Layout, RunDir, create_run_dir, resolve_run_dir, write_json_atomic,
     write_run_info, write_text_atomic,
 )
 from faulthunt.sanitizer import command as cmd
-from faulthunt.sanitizer.parse_text import parse_text_log
+from faulthunt.sanitizer.analyse import Analysis, RunResult, analyse
+from faulthunt.sanitizer.collect import Collector, Lane, Settings, have_repeat, pytest_argv
 from faulthunt.sanitizer.parse_xml import parse_xml_stream
-from faulthunt.sanitizer.reduce import order_findings, reduce_records
-from faulthunt.sanitizer.render import print_table, render_headline, render_summary
+from faulthunt.sanitizer.plan import (
+    ID_MODES, RERUN_OUTCOMES, Target, base_of, given_targets, plan_targets, read_last_failed,
+    recorded_failures, select_tests, split_repeat, tests_from_events, tests_from_summary,
+)
 
 LEDGER_ENV = "FAULTHUNT_LEDGER"
 SANITIZER_LOG = "sanitizer.log"
@@ -52,167 +60,93 @@ SANITIZER_JSON = "sanitizer.json"
 SANITIZER_SUMMARY = "sanitizer_summary.txt"
 #: the run directory of the rerun itself (its events and ledger)
 RERUN_DIR = "run"
-#: failing outcomes of summary.json worth a rerun; "collateral" tests failed because an earlier
-#: test poisoned their worker, so rerunning them alone tells nothing about the culprit
-RERUN_OUTCOMES = frozenset({"failed", "error", "crashed", "hung", "incomplete"})
-_KILL_GRACE = 10.0
+#: the whole sanitize stops starting runs after this many seconds unless --budget says otherwise
+DEFAULT_BUDGET = 30 * 60.0
+
+__all__ = ["SanitizeOptions", "SanitizeResult", "run_sanitize", "select_tests", "base_of",
+           "split_repeat", "read_last_failed", "tests_from_summary", "tests_from_events",
+           "pytest_argv", "salvage_xml", "merged_xml", "parse_xml_stream", "RERUN_OUTCOMES"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SanitizeOptions:
+    """What ``faulthunt sanitize`` was asked to do (docs/sanitize.md)."""
+
+    #: memcheck | racecheck | initcheck | synccheck | all
+    tool: str = "memcheck"
+    #: runs per test (None: enough for the stress run's failure rate, else one)
+    count: int | None = None
+    #: no run limit: until the fault shows, within the budget
+    until_found: bool = False
+    #: every asked run even after the fault showed (its rate under the sanitizer, timings)
+    keep_going: bool = False
+    #: seconds after which no run starts and the runs going are stopped (None: no limit)
+    budget: float | None = DEFAULT_BUDGET
+    #: sanitizer processes at once
+    parallel: int = 1
+    #: auto | exact | base (faulthunt.sanitizer.plan)
+    ids: str = "auto"
+    #: replay the stress worker's sequence before each run, in order
+    with_predecessors: bool = False
+    #: seconds one run may take before its process group is killed
+    timeout: float = 600.0
+    padding: int | None = None
+    print_limit: int | None = cmd.DEFAULT_PRINT_LIMIT
+    report_api_errors: str | None = "no"
+    leak_check: bool = False
+    kernel_filters: tuple[str, ...] = ()
+    #: allocation-ledger mode of the reruns (``off`` if a CUPTI ledger and the sanitizer clash:
+    #: NVIDIA documents that compute-sanitizer does not interoperate with other CUDA tools)
+    ledger: str = "auto"
+    #: node ids to rerun instead of the recorded ones (as given)
+    tests: tuple[str, ...] | None = None
+    #: take the tests from pytest's last-failed cache
+    last_failed: bool = False
+    cwd: Path | None = None
+    env: Mapping[str, str] | None = None
+
+    def tools(self) -> list[str]:
+        return list(TOOLS) if self.tool == "all" else [self.tool]
+
+    def check(self) -> None:
+        """A :class:`UsageError` with the fix for options that cannot work."""
+        if self.tool != "all" and self.tool not in TOOLS:
+            raise UsageError(f"unknown tool {self.tool!r}",
+                             fix="use memcheck, racecheck, initcheck, synccheck or all")
+        if self.count is not None and self.count < 1:
+            raise UsageError(f"--count {self.count}: a test needs at least one run", fix="use --count 1 or more")
+        if self.parallel < 1:
+            raise UsageError(f"-n {self.parallel}: at least one sanitizer process", fix="use -n 1 or more")
+        if self.budget is not None and self.budget <= 0:
+            raise UsageError(f"--budget {self.budget:g}: no time to run anything",
+                             fix="give a positive budget such as 10m, or none for no limit")
+        if self.timeout <= 0:
+            raise UsageError(f"--timeout {self.timeout:g}: must be positive", fix="give seconds per run, e.g. 600")
+        if self.ids not in ID_MODES:
+            raise UsageError(f"--ids {self.ids!r}", fix="use auto, exact or base")
+        if self.until_found and self.keep_going:
+            raise UsageError("--until-found stops at the first finding; --keep-going never stops",
+                             fix="use --count N --keep-going for every run, or --until-found alone")
 
 
 @dataclasses.dataclass(frozen=True)
 class SanitizeResult:
-    """What a sanitize run produced."""
+    """What a sanitize run produced (the CLI turns it into an exit status)."""
 
     out_dir: Path
+    #: each test's findings from the run where they first showed, offending kernel first
     findings: list[Finding]
-    exit_status: int
+    outcomes: tuple[SanitizeOutcome, ...] = ()
+    #: one entry per sanitizer run
     tests: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     records: int = 0
     dropped: tuple[str, ...] = ()
     tool_version: str | None = None
     notes: tuple[str, ...] = ()
+    wall_s: float = 0.0
 
 
-# --- which tests ---------------------------------------------------------------------------------
-
-_BRACKET = re.compile(r"^(?P<head>.*?)\[(?P<ids>.*)\]$")
-
-
-def base_of(nodeid: str) -> str:
-    """A node id without pytest-repeat's ``<i>-<n>`` id: ``t.py::a[f32-3-50]`` -> ``t.py::a[f32]``.
-
-    For ids read back from pytest's cache, where the item (and its callspec) is gone; the plugin
-    records ``base_nodeid`` from the callspec itself during a stress run.
-    """
-    m = _BRACKET.match(nodeid)
-    if not m:
-        return nodeid
-    parts = m.group("ids").split("-")
-    for i in range(len(parts) - 2, -1, -1):
-        a, b = parts[i], parts[i + 1]
-        if a.isdigit() and b.isdigit() and 1 <= int(a) <= int(b):
-            rest = parts[:i] + parts[i + 2:]
-            return f"{m.group('head')}[{'-'.join(rest)}]" if rest else m.group("head")
-    return nodeid
-
-
-def _unique(items: Iterable[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for item in items:
-        if item and item not in seen:
-            seen[item] = None
-    return list(seen)
-
-
-def tests_from_summary(summary: Summary) -> tuple[list[str], list[str]]:
-    """(base node ids to rerun, collateral ones left out) from a run's summary."""
-    wanted: list[str] = []
-    collateral: list[str] = []
-    for f in summary.failures:
-        base = f.base_nodeid or base_of(f.nodeid)
-        if f.outcome == "collateral":
-            collateral.append(base)
-        else:
-            wanted.append(base)
-    wanted.extend(x.base_nodeid for x in summary.xids if x.base_nodeid)
-    wanted = _unique(wanted)
-    return wanted, [c for c in _unique(collateral) if c not in wanted]
-
-
-def tests_from_events(run_dir: Path | RunDir) -> list[str]:
-    """Failing base ids straight from the run's test spans: for a run killed before its summary.
-
-    A test that started and never ended took its worker down (``crashed``): it is rerun too.
-    """
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    return _unique((s.base_nodeid if s.base_nodeid != s.nodeid else base_of(s.nodeid))
-                   for s in run.spans() if s.outcome in RERUN_OUTCOMES)
-
-
-def read_last_failed(cwd: Path) -> list[str]:
-    """Base ids of pytest's ``--lf`` cache (``.pytest_cache/v/cache/lastfailed``) under ``cwd``."""
-    path = cwd / ".pytest_cache" / "v" / "cache" / "lastfailed"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"no failing tests to rerun: {path} does not exist",
-                         fix="run the suite first (pytest or `faulthunt stress`), or pass --run RUN") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read pytest's last-failed cache {path}: {exc}",
-                         fix="delete .pytest_cache and rerun the suite") from exc
-    if not isinstance(data, dict):
-        raise InputError(f"{path} is not pytest's last-failed cache", fix="delete .pytest_cache and rerun the suite")
-    return _unique(base_of(str(k)) for k, v in data.items() if v)
-
-
-def select_tests(run_dir: Path) -> tuple[list[str], list[str], str]:
-    """(tests to rerun, collateral left out, where the list came from) for a run directory."""
-    run = RunDir(run_dir)
-    summary = run.summary()
-    if summary is not None:
-        wanted, collateral = tests_from_summary(summary)
-        return wanted, collateral, Layout.SUMMARY
-    why = "damaged" if any(p.file == Layout.SUMMARY for p in run.problems()) else "the run did not finish"
-    return tests_from_events(run), [], f"{Layout.EVENTS_DIR}/ (no usable {Layout.SUMMARY}: {why})"
-
-
-# --- running -------------------------------------------------------------------------------------
-
-def pytest_argv(nodeid: str, out_dir: Path, python: str = sys.executable) -> list[str]:
-    """The pytest command for one test: no xdist, its own cache dir, no pytest-timeout interference."""
-    argv = [python, "-m", "pytest", "-p", "faulthunt", "-q", "-rfE", "--color=no",
-            # the user's .pytest_cache (their --lf list) stays as it was
-            "-o", f"cache_dir={out_dir / 'pytest_cache'}"]
-    if importlib.util.find_spec("xdist") is not None:
-        argv += ["-n", "0"]  # overrides an `-n` in the user's addopts
-    if importlib.util.find_spec("pytest_timeout") is not None:
-        argv += ["--timeout", "0"]  # the rerun has its own, longer per-test timeout
-    argv.append(nodeid)
-    return argv
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait in ((signal.SIGTERM, _KILL_GRACE), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _run_one(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], output: Path,
-             timeout: float) -> tuple[int | None, bool, float]:
-    """Run one sanitizer+pytest command; (exit status, timed out, seconds)."""
-    t0 = time.monotonic()
-    with open(output, "wb") as fh:
-        try:
-            proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdout=fh,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-        except OSError as exc:
-            raise InputError(f"cannot run {argv[0]}: {exc.strerror}",
-                             fix="check that compute-sanitizer and python are executable") from exc
-        try:
-            rc: int | None = proc.wait(timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            rc, timed_out = proc.returncode, True
-        except BaseException:
-            _kill_group(proc)  # Ctrl-C: leave no sanitizer behind
-            raise
-    return rc, timed_out, time.monotonic() - t0
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8", "replace")
-    except FileNotFoundError:
-        return ""
-
+# --- the merged XML ------------------------------------------------------------------------------
 
 def salvage_xml(text: str) -> tuple[str, int, bool]:
     """A well-formed ``<ComputeSanitizerOutput>`` with every complete record of ``text``.
@@ -220,7 +154,7 @@ def salvage_xml(text: str) -> tuple[str, int, bool]:
     (document, records, whole document was intact). A file cut off by a timeout kill loses only
     its unfinished record.
     """
-    parser = ET.XMLPullParser(events=("start", "end"))
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
     kept: list[ET.Element] = []
     depth = 0
     intact = True
@@ -228,8 +162,9 @@ def salvage_xml(text: str) -> tuple[str, int, bool]:
     try:
         for pos in range(0, len(text), step):
             parser.feed(text[pos:pos + step])
-            for event, el in parser.read_events():
-                if el.tag != "record":
+            # typeshed's event union includes queue entries that start/end events never are
+            for event, el in cast("Iterator[tuple[str, Any]]", parser.read_events()):
+                if not isinstance(el, ET.Element) or el.tag != "record":
                     continue
                 if event == "start":
                     depth += 1
@@ -246,12 +181,17 @@ def salvage_xml(text: str) -> tuple[str, int, bool]:
 
 
 def merged_xml(parts: Sequence[tuple[Mapping[str, Any], str]]) -> str:
-    """One document holding each test's XML: ``<FaulthuntSanitizer><test nodeid= tool=>...``."""
+    """One document holding each run's XML: ``<FaulthuntSanitizer><test nodeid= tool= run=>...``."""
+    return _wrap_xml([(meta, salvage_xml(text)[0]) for meta, text in parts])
+
+
+def _wrap_xml(parts: Sequence[tuple[Mapping[str, Any], str]]) -> str:
+    """:func:`merged_xml` of parts already salvaged."""
     out = ['<?xml version="1.0" encoding="utf-8"?>', "<FaulthuntSanitizer>"]
-    for meta, text in parts:
-        doc, _, _ = salvage_xml(text)
-        out.append(f"<test nodeid={quoteattr(str(meta.get('nodeid')))} tool={quoteattr(str(meta.get('tool')))} "
-                   f"exit_status={quoteattr(str(meta.get('exit_status')))}>{doc}</test>")
+    for meta, doc in parts:
+        run = f" run={quoteattr(str(meta['run']))}" if meta.get("run") is not None else ""
+        out.append(f"<test nodeid={quoteattr(str(meta.get('nodeid')))} tool={quoteattr(str(meta.get('tool')))}"
+                   f"{run} exit_status={quoteattr(str(meta.get('exit_status')))}>{doc}</test>")
     out.append("</FaulthuntSanitizer>")
     return "\n".join(out) + "\n"
 
@@ -260,10 +200,8 @@ def _map_addresses(run_dir: Path, findings: Sequence[Finding]) -> str | None:
     """Let the mapper put sanitizer addresses next to ledger allocations; a note on what happened."""
     if not any(f.address_range for f in findings):
         return None
-    try:
-        from faulthunt.mapper import map_run  # engineer L's area; optional here
-    except ImportError:
-        return "addresses not mapped to allocations: faulthunt.mapper is not available in this build"
+    from faulthunt.mapper import map_run
+
     try:
         verdicts = map_run(run_dir)
     except FaulthuntError as exc:
@@ -273,192 +211,258 @@ def _map_addresses(run_dir: Path, findings: Sequence[Finding]) -> str | None:
     return f"mapped {len(verdicts)} address(es) to allocations: {run_dir / Layout.MAPPING}"
 
 
-def _write_run_json(run_dir: Path, cwd: Path, tests: Sequence[str], started: float) -> None:
-    write_run_info(run_dir, RunInfo.begin(run_dir.name, kind="sanitize", cwd=str(cwd),
-                                          pytest_args=tests, started=started))
+# --- selection -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Selection:
+    run_dir: Path
+    targets: list[Target]
+    collateral: list[str]
+    source: str
+    cwd: Path
+    run_info: RunInfo | None
 
 
-def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float = 600,
-                 last_failed: bool = False, padding: int | None = None, cwd: Path | None = None,
-                 quiet: bool = False, print_limit: int | None = cmd.DEFAULT_PRINT_LIMIT,
-                 report_api_errors: str | None = "no", leak_check: bool = False,
-                 kernel_filters: Sequence[str] = (), tests: Sequence[str] | None = None,
-                 ledger: str = "auto",
-                 env: Mapping[str, str] | None = None, out: IO[str] | None = None) -> SanitizeResult:
-    """Rerun the recorded failing base tests of ``run_dir`` under compute-sanitizer.
-
-    ``tool`` is memcheck|racecheck|initcheck|synccheck|all. Without a run (``run_dir`` None and no
-    latest run under ``cwd``) or with ``last_failed``, the tests come from pytest's last-failed
-    cache and a new run directory is made. Raises :class:`ToolMissingError` when compute-sanitizer
-    is not installed. ``tests`` overrides the selection (node ids as given). ``ledger`` is the
-    allocation-ledger mode of the rerun (``off`` if a CUPTI-based ledger and the sanitizer clash:
-    NVIDIA documents that compute-sanitizer does not interoperate with other CUDA tools).
-    """
-    log: IO[str] = out if out is not None else sys.stderr
-    say = (lambda msg: None) if quiet else (lambda msg: print(f"faulthunt sanitize: {msg}", file=log, flush=True))
-    tools = list(TOOLS) if tool == "all" else [tool]
-    if any(t not in TOOLS for t in tools):
-        raise UsageError(f"unknown tool {tool!r}", fix="use memcheck, racecheck, initcheck, synccheck or all")
-    base_env = dict(os.environ if env is None else env)
-    exe = cmd.require_compute_sanitizer(base_env)
-    info = cmd.probe(exe, env=base_env)
-    here = Path(cwd) if cwd is not None else Path.cwd()
-    notes: list[str] = []
-    started = time.time()
-
+def _select(run_dir: Path | None, opts: SanitizeOptions, here: Path, notes: list[str]) -> _Selection:
+    """The run directory to write into and the targets to rerun, with where they came from."""
+    last_failed = opts.last_failed
     if run_dir is None and not last_failed:
         try:
             run_dir = resolve_run_dir(None, base=here / DEFAULT_BASE)
         except RunDirError:
-            notes.append("no faulthunt run found: rerunning pytest's last-failed tests")
+            if opts.tests is None:
+                notes.append("no faulthunt run found: rerunning pytest's last-failed tests")
             last_failed = True
     collateral: list[str] = []
-    if tests is not None:
-        selected, source = list(tests), "the command line"
+    if opts.tests is not None:
+        targets = given_targets(opts.tests, count=opts.count, until_found=opts.until_found)
+        source = "the command line"
     elif last_failed:
-        selected, source = read_last_failed(here), "pytest's last-failed cache"
+        targets = plan_targets(read_last_failed(here), count=opts.count, until_found=opts.until_found,
+                               ids_mode=opts.ids, have_repeat=have_repeat())
+        source = "pytest's last-failed cache"
     else:
         assert run_dir is not None
-        selected, collateral, source = select_tests(run_dir)
+        run = RunDir(run_dir)
+        recorded, collateral, source = recorded_failures(run)
+        targets = plan_targets(recorded, count=opts.count, until_found=opts.until_found,
+                               ids_mode=opts.ids, have_repeat=have_repeat(), run=run,
+                               with_predecessors=opts.with_predecessors)
+    if opts.with_predecessors and (opts.tests is not None or last_failed):
+        notes.append("--with-predecessors needs a stress run (its workers' sequences): each test runs alone")
+    for t in targets:  # ids are data: a hand-edited run cannot smuggle an option into pytest
+        for nodeid in (*t.sequence, *t.ids):
+            check_node_id(nodeid, source)
+    info = RunDir(run_dir).run_info() if run_dir is not None else None
     if run_dir is None:
         run_dir = create_run_dir(base=here / DEFAULT_BASE)
-        _write_run_json(run_dir, here, selected, started)
-    if cwd is None:
-        recorded = RunDir(run_dir).run_info()
-        if recorded is not None and recorded.cwd and Path(recorded.cwd).is_dir():
-            here = Path(recorded.cwd)
-    out_dir = run_dir / Layout.SANITIZER_DIR
-    for sub in ("logs", "xml"):
-        (out_dir / sub).mkdir(parents=True, exist_ok=True)
-    rerun_dir = create_run_dir(out_dir / RERUN_DIR)
-    if collateral:
-        notes.append(f"left out {len(collateral)} collateral test(s) (failed only because an earlier test "
-                     f"poisoned their worker): {', '.join(collateral[:5])}")
-    say(f"compute-sanitizer {info.version or '?'} at {info.path}")
-    say(f"{len(selected)} test(s) to rerun from {source}" + (f" with {', '.join(tools)}" if selected else ""))
+        write_run_info(run_dir, RunInfo.begin(run_dir.name, kind="sanitize", cwd=str(here),
+                                              pytest_args=[t.base for t in targets]))
+    cwd = here
+    if opts.cwd is None and info is not None and info.cwd and Path(info.cwd).is_dir():
+        cwd = Path(info.cwd)
+    return _Selection(run_dir, targets, collateral, source, cwd, info)
 
-    env_run = dict(base_env)
-    env_run.update({RUN_DIR_ENV: str(rerun_dir), LEDGER_ENV: ledger,
-                    "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
-    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        env_run.pop(var, None)
 
-    test_meta: list[dict[str, Any]] = []
-    findings: list[Finding] = []
-    log_parts: list[str] = []
-    xml_parts: list[tuple[Mapping[str, Any], str]] = []
-    dropped: dict[str, None] = {}
-    total_records = 0
-    n = 0
+def _guard(env: dict[str, str], info: RunInfo | None, notes: list[str]) -> None:
+    """Guard mode in the reruns: as the environment says, else as the stress run had it."""
+    if env.get(GUARD_ENV):
+        notes.append(f"guard mode in the reruns: {GUARD_ENV}={env[GUARD_ENV]} (from the environment)")
+        return
+    spec = info.option("guard") if info is not None else None
+    if isinstance(spec, str) and spec:
+        env[GUARD_ENV] = spec
+        notes.append(f"guard mode in the reruns: {GUARD_ENV}={spec} (as the stress run had it)")
 
-    def flush(final: bool) -> None:
-        ordered = order_findings(findings)
-        write_text_atomic(out_dir / SANITIZER_LOG, "".join(log_parts))
-        write_text_atomic(out_dir / SANITIZER_XML, merged_xml(xml_parts))
+
+def _prepare(out_dir: Path) -> Path:
+    """A fresh ``sanitizer/`` for this sanitize: the previous one's per-run files and rerun
+    directory go (its sanitizer.json is replaced anyway); returns the rerun's run directory."""
+    for sub in ("logs", "xml", RERUN_DIR):
+        path = out_dir / sub
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+    try:
+        for sub in ("logs", "xml"):
+            (out_dir / sub).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(f"cannot write {out_dir}: {exc.strerror or exc}",
+                          fix="make the run directory writable") from exc
+    try:
+        (out_dir / SANITIZER_LOG).write_text("", encoding="utf-8")
+    except OSError as exc:
+        raise RunDirError(f"cannot write {out_dir / SANITIZER_LOG}: {exc.strerror or exc}",
+                          fix="make the run directory writable") from exc
+    return create_run_dir(out_dir / RERUN_DIR)
+
+
+# --- output --------------------------------------------------------------------------------------
+
+class _Output:
+    """sanitizer.log (appended run by run), sanitizer.xml, sanitizer.json, sanitizer_summary.txt."""
+
+    def __init__(self, out_dir: Path, info: cmd.ToolInfo, sel: _Selection, opts: SanitizeOptions,
+                 notes: list[str]) -> None:
+        self.out_dir, self.info, self.sel, self.opts, self.notes = out_dir, info, sel, opts, notes
+        self.runs: list[RunResult] = []
+        self.xml_parts: list[tuple[Mapping[str, Any], str]] = []
+        self.dropped: Sequence[str] = ()
+        self.t0 = time.monotonic()
+
+    def add(self, result: RunResult, log_text: str, xml_text: str) -> None:
+        self.runs.append(result)
+        head = (f"# faulthunt sanitize: test {result.target} tool {result.tool} run {result.run} "
+                f"exit {result.exit_status}"
+                + (" (timed out)" if result.timed_out else "")
+                + (f" (stopped: {result.cancelled})" if result.cancelled else "") + "\n")
+        with open(self.out_dir / SANITIZER_LOG, "a", encoding="utf-8") as fh:
+            fh.write(head + log_text + ("" if log_text.endswith("\n") or not log_text else "\n"))
+        if result.records and xml_text:
+            # only runs with records: a thousand clean runs add nothing to read
+            self.xml_parts.append(({"nodeid": result.target, "tool": result.tool, "run": result.run,
+                                    "exit_status": result.exit_status}, salvage_xml(xml_text)[0]))
+            write_text_atomic(self.out_dir / SANITIZER_XML, _wrap_xml(self.xml_parts))
+
+    def analysis(self, lanes: Sequence[Lane]) -> Analysis:
+        stopped = {(lane.target.base, lane.tool): lane.stopped for lane in lanes if lane.stopped}
+        return analyse(self.sel.targets, self.opts.tools(), self.runs, stopped=stopped,
+                       notes=_outcome_notes(self.dropped))
+
+    def write(self, analysis: Analysis, *, complete: bool) -> None:
+        findings = list(analysis.findings)
+        tests = [{**r.meta, "state": r.state} for r in self.runs]
         doc = {
-            "findings": [f.to_json() for f in ordered], "records": total_records, "tests": test_meta,
-            "exit_status": status(ordered) if final else None, "complete": final,
-            "headline": render_headline(ordered[0]) if ordered else None,
-            "tool_path": info.path, "tool_version": info.version, "dropped": list(dropped),
-            "selected_from": source, "collateral": collateral, "notes": notes,
+            "findings": [f.to_json() for f in findings], "records": analysis.records, "tests": tests,
+            "outcomes": [o.to_json() for o in analysis.outcomes], "exit_status": None,
+            "complete": complete, "headline": render_headline(findings[0]) if findings else None,
+            "tool_path": self.info.path, "tool_version": self.info.version, "dropped": list(self.dropped),
+            "selected_from": self.sel.source, "collateral": self.sel.collateral, "notes": self.notes,
+            "parallel": self.opts.parallel, "wall_s": round(time.monotonic() - self.t0, 3),
         }
-        write_json_atomic(out_dir / SANITIZER_JSON, doc)
-        write_text_atomic(out_dir / SANITIZER_SUMMARY, render_summary(
-            ordered, tests=test_meta, dropped=list(dropped), tool_version=info.version,
-            records=total_records, notes=notes))
+        write_json_atomic(self.out_dir / SANITIZER_JSON, doc)
+        if complete and not self.xml_parts:
+            write_text_atomic(self.out_dir / SANITIZER_XML, _wrap_xml([]))
+        write_text_atomic(self.out_dir / SANITIZER_SUMMARY, render_summary(
+            findings, tests=tests, dropped=list(self.dropped), tool_version=self.info.version,
+            records=analysis.records, notes=self.notes, outcomes=analysis.outcomes))
 
-    def status(ordered: Sequence[Finding]) -> int:
-        if ordered or any(t.get("timed_out") for t in test_meta):
-            return 1
-        if test_meta and all(t.get("tool_error") for t in test_meta):
-            return ToolMissingError.exit_code  # nothing could be checked: as good as no tool
-        return 0
 
-    flush(False)
-    for nodeid in selected:
-        for t in tools:
-            n += 1
-            stem = f"{n:03d}-{t}"
-            log_path = out_dir / "logs" / f"{stem}.log"
-            out_path = out_dir / "logs" / f"{stem}.pytest.log"
-            xml_path = out_dir / "xml" / f"{stem}.xml"
-            for stale in (log_path, xml_path):
-                stale.unlink(missing_ok=True)
-            plan = cmd.build_command(info, tool=t, log_file=str(log_path), xml_file=str(xml_path),
-                                     print_limit=print_limit, report_api_errors=report_api_errors,
-                                     padding=padding, leak_check=leak_check, kernel_filters=kernel_filters)
-            for d in plan.dropped:
-                dropped.setdefault(d.render(), None)
-            argv = list(plan.argv) + pytest_argv(nodeid, out_dir)
-            say(f"[{n}/{len(selected) * len(tools)}] {t} {nodeid}")
-            rc, timed_out, secs = _run_one(argv, cwd=here, env=env_run, output=out_path, timeout=timeout)
-            text = _read(log_path) if plan.log_file else _read(out_path)
-            parsed = parse_text_log(text, tool=t)
-            xml_text = _read(xml_path) if plan.xml_file else ""
-            xml_records, xml_ok = parse_xml_stream(xml_text) if xml_text else ([], False)
-            records: list[SanitizerRecord] = list(parsed.records) or xml_records
-            total_records += len(records)
-            test_findings = reduce_records(records, nodeid=nodeid)
-            findings.extend(test_findings)
-            meta = {
-                "nodeid": nodeid, "tool": t, "exit_status": rc, "timed_out": timed_out,
-                "duration": round(secs, 3), "records": len(records), "xml_records": len(xml_records),
-                "xml_intact": xml_ok, "error_summary": parsed.error_summary,
-                "not_printed": parsed.not_printed, "findings": len(test_findings),
-                "sanitizer_errors": rc == cmd.ERROR_EXITCODE,
-                "log": str(log_path.relative_to(run_dir)) if plan.log_file else None,
-                "output": str(out_path.relative_to(run_dir)),
-                "xml": str(xml_path.relative_to(run_dir)) if plan.xml_file else None,
-                "argv": argv,
-            }
-            test_meta.append(meta)
-            log_parts.append(f"# faulthunt sanitize: test {nodeid} tool {t} exit {rc}"
-                             f"{' (timed out)' if timed_out else ''}\n{text}"
-                             + ("" if text.endswith("\n") or not text else "\n"))
-            if xml_text:
-                xml_parts.append((meta, xml_text))
-            state = "timed out" if timed_out else f"exit {rc}"
-            say(f"    {state}, {len(records)} record(s), {len(test_findings)} finding(s), {secs:.1f}s")
-            if timed_out:
-                notes.append(f"{nodeid} [{t}] ran past the {timeout:g}s timeout and was killed; "
-                             "its log holds what the sanitizer printed until then")
-            elif not records and rc not in (0, None, cmd.ERROR_EXITCODE):
-                errors = [n for n in parsed.notices if n.startswith(("Error", "Internal Sanitizer Error"))]
-                if errors or not parsed.banners:
-                    # the sanitizer could not check this test at all (no GPU, a driver mismatch,
-                    # the target died before CUDA started): not a clean result
-                    meta["tool_error"] = "; ".join(errors) or "no compute-sanitizer output"
-                    notes.append(f"compute-sanitizer could not check {nodeid} [{t}] (exit {rc}): "
-                                 f"{meta['tool_error']}; see {meta['log'] or meta['output']}")
-                elif rc in (4, 5):
-                    # pytest's usage error / nothing collected: the node id is gone or mistyped
-                    meta["tool_error"] = f"pytest could not run the test (exit {rc})"
-                    notes.append(f"pytest could not run {nodeid} (exit {rc}: no such test, or a usage "
-                                 f"error); see {meta['output']}")
-                else:
-                    notes.append(f"{nodeid} [{t}] still fails (exit {rc}) but the sanitizer reported nothing")
-            flush(False)
+def _outcome_notes(dropped: Sequence[str]) -> list[str]:
+    """What a not-reproduced outcome must also say about this compute-sanitizer."""
+    if any(d.startswith("--target-processes") for d in dropped):
+        return ["this compute-sanitizer cannot follow the test's child processes "
+                "(--target-processes needs 2020.1.1+): a fault in a child is not seen"]
+    return []
 
-    ordered = order_findings(findings)
-    note = _map_addresses(run_dir, ordered)
+
+def _run_line(r: RunResult, planned: int | None) -> str:
+    of = f"/{planned}" if planned else ""
+    state = {"found": f"found ({r.records} record(s))", "failed": "failed, no sanitizer record",
+             "cancelled": f"stopped ({r.cancelled})", "timed_out": "timed out",
+             "not_checked": f"not checked ({r.tool_error or f'exit {r.exit_status}'})"}.get(r.state, r.state)
+    return f"[{r.tool}] {r.target} run {r.run}{of}: {state}, {r.duration:.1f}s"
+
+
+def _printer(out: IO[str] | None) -> Callable[[str], None]:
+    log = out if out is not None else sys.stderr
+    return lambda msg: print(f"faulthunt sanitize: {msg}", file=log, flush=True)
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+def run_sanitize(run_dir: Path | None, opts: SanitizeOptions | None = None, *,
+                 progress: Callable[[str], None] | None = None, quiet: bool = False,
+                 out: IO[str] | None = None, **fields: Any) -> SanitizeResult:
+    """Rerun the recorded failing tests of ``run_dir`` under compute-sanitizer (docs/sanitize.md).
+
+    ``opts`` (or its fields as keywords) says how; ``progress`` gets one line per step and run
+    (default: stderr, none with ``quiet``). Without a run (``run_dir`` None and no latest run
+    under the working directory) or with ``last_failed``, the tests come from pytest's
+    last-failed cache and a new run directory is made. Raises :class:`ToolMissingError` when
+    compute-sanitizer is not installed. Prints nothing else: the CLI renders the result.
+    """
+    if "kernel_filters" in fields:
+        fields["kernel_filters"] = tuple(fields["kernel_filters"])
+    if fields.get("tests") is not None:
+        fields["tests"] = tuple(fields["tests"])
+    opts = dataclasses.replace(opts or SanitizeOptions(), **fields)
+    opts.check()
+    say = progress or (_printer(out) if not quiet else (lambda msg: None))
+    base_env = dict(os.environ if opts.env is None else opts.env)
+    info = cmd.probe(cmd.require_compute_sanitizer(base_env), env=base_env)
+    notes: list[str] = []
+    # absolute: every path handed to compute-sanitizer and pytest is read from the test's cwd
+    here = (Path(opts.cwd) if opts.cwd is not None else Path.cwd()).resolve()
+    sel = _select(Path(run_dir).resolve() if run_dir is not None else None, opts, here, notes)
+    out_dir = sel.run_dir / Layout.SANITIZER_DIR
+    rerun_dir = _prepare(out_dir)
+    if sel.collateral:
+        notes.append(f"left out {len(sel.collateral)} collateral test(s) (failed only because an earlier "
+                     f"test poisoned their worker): {', '.join(sel.collateral[:5])}")
+    env = _rerun_env(base_env, rerun_dir, opts, sel, notes)
+    _announce(say, info, sel, opts)
+
+    output = _Output(out_dir, info, sel, opts, notes)
+    lanes = [Lane(t, tool) for t in sel.targets for tool in opts.tools()]
+    planned = {t.base: t.planned for t in sel.targets}
+
+    def on_run(result: RunResult, log_text: str, xml_text: str) -> None:
+        output.dropped = list(collector.dropped)
+        output.add(result, log_text, xml_text)
+        say(_run_line(result, planned.get(result.base)))
+        output.write(output.analysis(lanes), complete=False)
+
+    collector = Collector(Settings(out_dir, sel.cwd, env, opts.timeout, functools.partial(_build, info, opts)),
+                          lanes, parallel=opts.parallel, budget=opts.budget, keep_going=opts.keep_going,
+                          on_run=on_run, say=say)
+    output.write(output.analysis(lanes), complete=False)
+    try:
+        collector.run()
+    except BaseException:
+        output.write(output.analysis(lanes), complete=False)  # what the runs so far say
+        raise
+    analysis = output.analysis(lanes)
+    if any(o.order_kept is False for o in analysis.outcomes):
+        notes.append("a recorded sequence did not run in its order: see tests[].tests in sanitizer.json")
+    note = _map_addresses(sel.run_dir, analysis.findings)
     if note:
         notes.append(note)
-    flush(True)
-    exit_status = status(ordered)
-    if not quiet:
-        if ordered:
-            print_table(ordered, sys.stdout)
-            print(f"offending kernel: {render_headline(ordered[0])}", file=sys.stdout)
-        elif exit_status == ToolMissingError.exit_code:
-            print("faulthunt sanitize: could not check any test under compute-sanitizer (see the notes below)",
-                  file=sys.stdout)
-        else:
-            print("faulthunt sanitize: no sanitizer errors" + (" (nothing to rerun)" if not selected else ""),
-                  file=sys.stdout)
-        for d in dropped:
-            say(f"left out {d}")
-        for note_text in notes:
-            say(note_text)
-        say(f"wrote {out_dir / SANITIZER_SUMMARY}")
-    return SanitizeResult(out_dir, ordered, exit_status, test_meta, total_records, tuple(dropped),
-                          info.version, tuple(notes))
+    output.write(analysis, complete=True)
+    say(f"wrote {out_dir / SANITIZER_SUMMARY}")
+    return SanitizeResult(out_dir, list(analysis.findings), analysis.outcomes,
+                          [{**r.meta, "state": r.state} for r in output.runs], analysis.records,
+                          tuple(output.dropped), info.version, tuple(notes),
+                          round(time.monotonic() - output.t0, 3))
+
+
+def _rerun_env(base: Mapping[str, str], rerun_dir: Path, opts: SanitizeOptions, sel: _Selection,
+               notes: list[str]) -> dict[str, str]:
+    """The reruns' environment: the plugin and ledger on, no xdist leftovers, guard mode carried."""
+    env = dict(base)
+    env.update({RUN_DIR_ENV: str(rerun_dir), LEDGER_ENV: opts.ledger,
+                "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
+    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        env.pop(var, None)
+    _guard(env, sel.run_info, notes)
+    return env
+
+
+def _announce(say: Callable[[str], None], info: cmd.ToolInfo, sel: _Selection, opts: SanitizeOptions) -> None:
+    """The plan in words: the tool, the tests, and for each which ids and how many runs."""
+    budget = f", budget {opts.budget:g}s" if opts.budget else ""
+    say(f"compute-sanitizer {info.version or '?'} at {info.path}")
+    say(f"{len(sel.targets)} test(s) to rerun from {sel.source}"
+        + (f" with {', '.join(opts.tools())}, {opts.parallel} sanitizer process(es) at once{budget}"
+           if sel.targets else ""))
+    for t in sel.targets:
+        say(f"  {t.base}: {t.why}; {t.planned_why}")
+
+
+def _build(info: cmd.ToolInfo, opts: SanitizeOptions, tool: str, log_file: str,
+           xml_file: str) -> cmd.CommandPlan:
+    return cmd.build_command(info, tool=tool, log_file=log_file, xml_file=xml_file,
+                             print_limit=opts.print_limit, report_api_errors=opts.report_api_errors,
+                             padding=opts.padding, leak_check=opts.leak_check,
+                             kernel_filters=opts.kernel_filters)

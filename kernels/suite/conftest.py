@@ -5,7 +5,7 @@ Settings (environment):
   FAULTHUNT_KERNELS_BACKEND  gpu | sim | auto (default)
   FAULTHUNT_PLANT_EVERY      N: intermittent mode, each planted test runs its bug in 1 run of N
                              (the rest run the correct twin), seeded and reproducible
-  FAULTHUNT_PLANT_SEED       the seed of that draw (default 0)
+  FAULTHUNT_PLANT_SEED       the seed of that draw (default 0); "random": a fresh draw every run
 """
 
 from __future__ import annotations

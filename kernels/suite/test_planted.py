@@ -18,7 +18,9 @@ from faulthunt.kernels.results import BUG, TWIN, Unavailable
 
 BACKEND = os.environ.get(backend.BACKEND_ENV) or backend.prepare()
 EVERY = int(os.environ.get("FAULTHUNT_PLANT_EVERY", "1") or 1)
-SEED = int(os.environ.get("FAULTHUNT_PLANT_SEED", "0") or 0)
+#: "random": a fresh draw every run, independent of the test id (not reproducible by seed)
+_SEED = os.environ.get("FAULTHUNT_PLANT_SEED", "0") or "0"
+SEED = None if _SEED == "random" else int(_SEED)
 
 CASES = [pytest.param(f.name, flavour, id=f"{f.name}-{flavour}")
          for f in catalog.CATALOG for flavour in backend.flavours_for(f, BACKEND)]
