@@ -82,8 +82,11 @@ class ChildWatch:
         self.worker = worker
         self.pid = pid
         self.poll_s = poll_s
-        #: pid -> node id it was recorded under (a pid seen again in another test: reused)
-        self._seen: dict[int, str | None] = {}
+        #: (pid, node id, how) already written; pids seen at all (polling skips those)
+        self._written: set[tuple[int, str | None, str]] = set()
+        self._seen: set[int] = set()
+        #: the last name written for each pid (a child recorded before its exec is renamed)
+        self._names: dict[int, str | None] = {}
         self._lock = threading.Lock()
         # a fork while another thread holds the lock would leave the child's copy held forever
         os.register_at_fork(after_in_child=self._new_lock)
@@ -97,18 +100,25 @@ class ChildWatch:
 
     # -- recording ---------------------------------------------------------------------------
 
-    def record(self, child: int, how: str, parent: int | None = None) -> None:
-        """Write one child (once per test that sees it); never raises into the caller."""
-        nodeid = context.current_nodeid
+    def record(self, child: int, how: str, parent: int | None = None, *,
+               nodeid: str | None | type[Ellipsis] = ...) -> None:
+        """Write one child (once per test and way of seeing it: a poll can catch a child before
+        it execs, its creation record then follows with its real name); never raises."""
+        base = context.current_base_nodeid
+        if nodeid is ...:
+            nodeid = context.current_nodeid
         with self._lock:
-            if child in self._seen and self._seen[child] == nodeid:
+            if (child, nodeid, how) in self._written:
                 return
-            self._seen[child] = nodeid
+            self._written.add((child, nodeid, how))
+            self._seen.add(child)
+        name = proc_name(child)
+        self._names[child] = name
         try:
             self._write(ChildProcess(
                 worker=self.worker, pid=self.pid, child_pid=child,
-                parent_pid=parent if parent is not None else os.getpid(), name=proc_name(child),
-                how=how, nodeid=nodeid, base_nodeid=context.current_base_nodeid,
+                parent_pid=parent if parent is not None else os.getpid(), name=name,
+                how=how, nodeid=nodeid, base_nodeid=base if nodeid is not None else None,
                 t=time.time(), t_mono=time.monotonic()))
         except Exception:  # noqa: BLE001 - a test's subprocess call must never fail on us
             pass
@@ -188,7 +198,8 @@ class ChildWatch:
                 self.poll_once()
 
     def poll_once(self) -> None:
-        """Record every descendant not yet recorded for the running test."""
+        """Record every descendant not seen before, as the running test's."""
+        nodeid = context.current_nodeid  # once: the test may end while we look
         queue, seen = [self.pid], {self.pid}
         while queue:
             parent = queue.pop()
@@ -198,6 +209,9 @@ class ChildWatch:
                 seen.add(child)
                 queue.append(child)
                 # a child seen before (in this test or an earlier one) is known already: a
-                # long-lived helper is recorded once, not once per test
+                # long-lived helper is recorded once, not once per test; again only when it
+                # has exec'd since (Popen returns before the kernel renames the child)
                 if child not in self._seen:
-                    self.record(child, "poll", parent)
+                    self.record(child, "poll", parent, nodeid=nodeid)
+                elif proc_name(child) not in (self._names.get(child), None):
+                    self.record(child, "exec", parent, nodeid=nodeid)

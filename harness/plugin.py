@@ -263,7 +263,7 @@ class WorkerRecorder:
         self.events = JsonlWriter(run_dir / Layout.EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl")
         self.poisoned: StickyError | None = None
         self.poisoned_by: str | None = None
-        self._reports: list[tuple[pytest.TestReport, str | None]] = []
+        self._reports: list[tuple[pytest.TestReport, str | None, str | None]] = []
         self._subtests: dict[str, int] = {}
         self._subtests_failed: list[SubtestFailure] = []
         self._base: dict[str, str] = {}
@@ -401,13 +401,13 @@ class WorkerRecorder:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # tryfirst: before xdist's own implementation serializes the report for the controller
-        text = _bound_report(report)
+        text, message = _bound_report(report)
         context_ = getattr(report, "context", None)
         if context_ is not None and report.when == "call":
-            self._subtest(report, context_)
-        self._reports.append((report, text))
+            self._subtest(report, context_, message)
+        self._reports.append((report, text, message))
 
-    def _subtest(self, report: pytest.TestReport, ctx: Any) -> None:
+    def _subtest(self, report: pytest.TestReport, ctx: Any, message: str | None) -> None:
         """Count a subtest's outcome; keep a failed one's label and exception line."""
         self._subtests[report.outcome] = self._subtests.get(report.outcome, 0) + 1
         if report.failed and len(self._subtests_failed) < 50:
@@ -417,7 +417,7 @@ class WorkerRecorder:
                 parts.append("(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")")
             label = redact_text(" ".join(parts) or "(<subtest>)")
             self._subtests_failed.append(SubtestFailure(label=label[:_MESSAGE_LIMIT],
-                                                        message=crash_message(report)))
+                                                        message=message))
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
@@ -457,22 +457,24 @@ class WorkerRecorder:
         os._exit(EXIT_HUNG)
 
 
-def _bound_report(report: pytest.TestReport) -> str | None:
+def _bound_report(report: pytest.TestReport) -> tuple[str | None, str | None]:
     """Bound what the report carries (captured sections, failure text) before anyone sends or
-    keeps it; the failure text (rendered once) for the caller, or None when it did not fail."""
+    keeps it. The failure text (rendered once) and its exception line, for the caller; (None,
+    None) when the report did not fail."""
     sections = report.sections
     if sections and any(len(content) > REPORT_TEXT_LIMIT for _, content in sections):
         report.sections = [(title, bound_text(content, REPORT_TEXT_LIMIT))
                            for title, content in sections]
     if not (report.failed or report.outcome == "rerun") or report.longrepr is None:
-        return None
+        return None, None
     text = report.longreprtext
+    message = crash_message(report)
     if len(text) > REPORT_TEXT_LIMIT:
         text = bound_text(text, REPORT_TEXT_LIMIT)
-        # the message line stays readable: keep the crash entry's first line on top
-        message = crash_message(report)
+        # a plain text from here on: the exception line goes on top, where pytest's short
+        # summary line looks for it
         report.longrepr = f"{message}\n{text}" if message else text
-    return text
+    return text, message
 
 
 def _max_worker_restart(config: pytest.Config) -> int | None:
@@ -506,7 +508,7 @@ class _Run:
         self.outcome, self.text, self.message, self.reruns = outcome, text, message, reruns
 
 
-def _combine(reports: list[tuple[pytest.TestReport, str | None]]) -> _Run:
+def _combine(reports: list[tuple[pytest.TestReport, str | None, str | None]]) -> _Run:
     """One outcome for setup/call/teardown (and subtests, and reruns): a failed call or subtest
     -> failed, a failed fixture -> error; an attempt pytest-rerunfailures reran counts as a
     failure of this run even when a later attempt passed."""
@@ -514,7 +516,7 @@ def _combine(reports: list[tuple[pytest.TestReport, str | None]]) -> _Run:
     texts: list[str] = []
     message: str | None = None
     reruns = 0
-    for rep, text in reports:
+    for rep, text, rep_message in reports:
         if rep.outcome == "rerun":
             reruns += 1
         elif rep.failed:
@@ -528,8 +530,7 @@ def _combine(reports: list[tuple[pytest.TestReport, str | None]]) -> _Run:
             continue
         if text is not None:
             texts.append(text)
-            if message is None:
-                message = crash_message(rep)
+            message = message or rep_message
     if not reports:
         outcome = "incomplete"
     elif reruns and outcome in ("passed", "skipped"):

@@ -144,6 +144,8 @@ def attribute_xids(xids: Iterable[Mapping[str, Any] | XidLine], spans: Iterable[
             children[child.child_pid].append((child, span))
     for lst in by_pid.values():
         lst.sort(key=lambda s: s.t0_mono if s.t0_mono is not None else float("inf"))
+    for records in children.values():
+        records.sort(key=lambda k: k[0].t_mono if k[0].t_mono is not None else float("-inf"))
     pci_map = pci_map or {}
     out: list[dict[str, Any]] = []
     for xid in xids:
@@ -177,15 +179,18 @@ def _pick_child(xid: dict[str, Any], by_pid: Mapping[Any, list[TestSpan]],
     pid = xid.get("pid")
     known = children.get(pid) if isinstance(pid, int) else None
     if known:
-        # the latest record of that pid before the Xid (a pid can be reused in a long run)
-        before = [k for k in known if t is None or k[0].t_mono is None or k[0].t_mono <= t + 1.0]
-        child, started_by = (before or known)[-1]
+        # the latest start of that pid before the Xid (a pid can be reused in a long run); an
+        # "exec" record only renames a child already started
+        starts = [k for k in known if k[0].how != "exec"] or known
+        before = [k for k in starts if t is None or k[0].t_mono is None or k[0].t_mono <= t + 1.0]
+        child, started_by = (before or starts)[-1]
         span = started_by
         running = _running(by_pid.get(child.pid, []), t)
         if running is not None and not started_by.contains_mono(t or 0.0, STICKY_GRACE_S):
             span = running  # the child outlived the test that started it: the test now running
         xid["worker_pid"] = child.pid
-        name = child.name or xid.get("process") or "?"
+        # the Xid line names the process as the kernel saw it when it faulted
+        name = xid.get("process") or child.name or "?"
         xid["attribution"] = (f"child pid {pid} ({name}) of worker {span.worker} (pid {child.pid}),"
                               f" started by {started_by.nodeid}"
                               + (f", while {span.nodeid} ran" if span is not started_by else ""))

@@ -122,7 +122,8 @@ class Recycle(_Event, frozen=True, kw_only=True, tag="recycle"):
 class ChildProcess(_Event, frozen=True, kw_only=True, tag="child"):
     """A process this worker (``pid``) started, directly or further down, seen while ``nodeid``
     ran (None: between tests). ``how``: subprocess, multiprocessing, fork, posix_spawn (seen as
-    it was created) or poll (found among the worker's descendants). ``name``: the kernel's name
+    it was created), poll (found among the worker's descendants) or exec (seen again under the
+    new name its exec gave it: creation can be seen before the rename). ``name``: the kernel's name
     for it (``/proc/<pid>/comm``, what an Xid line's ``name=`` says)."""
 
     child_pid: int
