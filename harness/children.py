@@ -15,8 +15,8 @@ Two ways of seeing a child, both cheap enough to leave on (docs/plugin.md has th
   known. Nothing is added to a test that starts no process.
 - By polling, for what Python does not start (a helper binary's own children, a native library
   that forks): a daemon thread reads ``/proc/<pid>/task/<tid>/children`` of the worker and of the
-  descendants found so far, every ``poll_s`` while a test runs (about 30 us a poll: a few small
-  /proc reads); a child that lives shorter than the interval can be missed, and the summary then
+  descendants found so far, every ``poll_s`` while a test runs (about 90 us a poll with a few
+  worker threads and no children: small /proc reads, under 0.1% of a core at 0.1 s); a child that lives shorter than the interval can be missed, and the summary then
   falls back to the process name the Xid line carries.
 
 The Linux proc connector (netlink, every fork/exec/exit on the machine) is not used: it needs
@@ -39,7 +39,11 @@ from faulthunt.records.events import ChildProcess
 
 #: env: seconds between polls of a worker's descendants while a test runs (0: no polling)
 POLL_ENV = "FAULTHUNT_CHILD_POLL_S"
-DEFAULT_POLL_S = 0.05
+#: a process that makes a CUDA context lives longer than this (context creation alone takes
+#: 100 ms or more), so a child that faults is seen; about 90 us a poll: < 0.1% of a core
+DEFAULT_POLL_S = 0.1
+#: seconds after it was first seen during which a child is checked for a rename (its exec)
+RENAME_WINDOW_S = 2.0
 
 
 def proc_name(pid: int) -> str | None:
@@ -87,6 +91,8 @@ class ChildWatch:
         self._seen: set[int] = set()
         #: the last name written for each pid (a child recorded before its exec is renamed)
         self._names: dict[int, str | None] = {}
+        #: when each pid was first seen (only young children are checked for a rename)
+        self._first_seen: dict[int, float] = {}
         self._lock = threading.Lock()
         # a fork while another thread holds the lock would leave the child's copy held forever
         os.register_at_fork(after_in_child=self._new_lock)
@@ -114,6 +120,7 @@ class ChildWatch:
             self._seen.add(child)
         name = proc_name(child)
         self._names[child] = name
+        self._first_seen.setdefault(child, time.monotonic())
         try:
             self._write(ChildProcess(
                 worker=self.worker, pid=self.pid, child_pid=child,
@@ -200,6 +207,7 @@ class ChildWatch:
     def poll_once(self) -> None:
         """Record every descendant not seen before, as the running test's."""
         nodeid = context.current_nodeid  # once: the test may end while we look
+        now = time.monotonic()
         queue, seen = [self.pid], {self.pid}
         while queue:
             parent = queue.pop()
@@ -213,5 +221,6 @@ class ChildWatch:
                 # has exec'd since (Popen returns before the kernel renames the child)
                 if child not in self._seen:
                     self.record(child, "poll", parent, nodeid=nodeid)
-                elif proc_name(child) not in (self._names.get(child), None):
+                elif (now - self._first_seen.get(child, now) < RENAME_WINDOW_S
+                      and proc_name(child) not in (self._names.get(child), None)):
                     self.record(child, "exec", parent, nodeid=nodeid)

@@ -579,7 +579,8 @@ class ControllerRecorder:
         self.log.write(SessionStart(pid=os.getpid(), argv=[str(a) for a in config.invocation_params.args],
                                     xdist=config.getoption("dist", "no") != "no",
                                     random_seed=seed if isinstance(seed, int) else None,
-                                    plugins=_plugins(config), **_now()))
+                                    plugins=_plugins(config), rootdir=str(config.rootpath),
+                                    **_now()))
 
     def _worker_records(self, worker: str) -> tuple[Any, ...]:
         """What the worker's processes wrote so far (read afresh: they may have just died)."""

@@ -163,6 +163,8 @@ class SessionStart(_Event, frozen=True, kw_only=True, tag="session_start"):
     random_seed: int | None = None
     #: the versions of the loaded plugins faulthunt knows to interact with (docs/plugin.md)
     plugins: dict[str, str] = {}
+    #: pytest's rootdir: node ids are relative to it (not to the directory pytest ran in)
+    rootdir: str | None = None
 
 
 class WorkerUp(_Event, frozen=True, kw_only=True, tag="worker_up"):
