@@ -474,3 +474,23 @@ def test_xid_of_an_unseen_grandchild_goes_by_name_and_time() -> None:
     (y, z) = attribute_xids([{"xid": 31, "pid": 4250, "process": "python3", "ts": 102.0},
                              {"xid": 31, "pid": 4250, "process": "faults_bin", "ts": 200.0}], [span])
     assert y["attributed_by"] == z["attributed_by"] == "unmatched_pid"
+
+
+def test_hang_process_tree_has_no_secrets() -> None:
+    import subprocess
+    import sys
+
+    from faulthunt.supervise import process_tree
+
+    token = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0" * 2
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--api-token",
+                              token])
+    try:
+        import time
+        time.sleep(0.2)
+        tree = process_tree(__import__("os").getpid())
+    finally:
+        child.kill()
+        child.wait()
+    mine = next(p for p in tree if p["pid"] == child.pid)
+    assert token not in json.dumps(mine["cmdline"]) and "<redacted>" in mine["cmdline"]
