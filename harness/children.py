@@ -93,6 +93,8 @@ class ChildWatch:
         self._names: dict[int, str | None] = {}
         #: when each pid was first seen (only young children are checked for a rename)
         self._first_seen: dict[int, float] = {}
+        #: tests during which a child was recorded (taken out by :meth:`started_any`)
+        self._tests: set[str] = set()
         self._lock = threading.Lock()
         # a fork while another thread holds the lock would leave the child's copy held forever
         os.register_at_fork(after_in_child=self._new_lock)
@@ -118,6 +120,8 @@ class ChildWatch:
                 return
             self._written.add((child, nodeid, how))
             self._seen.add(child)
+            if nodeid is not None:
+                self._tests.add(nodeid)
         name = proc_name(child)
         self._names[child] = name
         self._first_seen.setdefault(child, time.monotonic())
@@ -129,6 +133,14 @@ class ChildWatch:
                 t=time.time(), t_mono=time.monotonic()))
         except Exception:  # noqa: BLE001 - a test's subprocess call must never fail on us
             pass
+
+    def started_any(self, nodeid: str) -> bool:
+        """Whether a child was recorded while ``nodeid`` ran (asked once, as the test ends)."""
+        with self._lock:
+            if nodeid in self._tests:
+                self._tests.discard(nodeid)
+                return True
+            return False
 
     # -- creation hooks ------------------------------------------------------------------------
 

@@ -374,7 +374,11 @@ class WorkerRecorder:
             longrepr = redact_text(bound_text(run.text, _LONGREPR_LIMIT))
             if outcome in ("failed", "error"):
                 match = find_sticky(run.text)
-                if match is not None:
+                # a sticky error quoted from a child's output (the test ran its GPU work in a
+                # subprocess) says nothing of this process's context when this process never
+                # loaded the CUDA driver: it has none to poison
+                if match is not None and (not self.children.started_any(nodeid)
+                                          or _cuda_driver_loaded()):
                     sticky = msgspec.convert(match.to_json(), StickyError)
         if outcome in ("failed", "error") and self.poisoned is not None:
             # The context was already poisoned by an earlier test in this process.
@@ -475,6 +479,16 @@ def _bound_report(report: pytest.TestReport) -> tuple[str | None, str | None]:
         # summary line looks for it
         report.longrepr = f"{message}\n{text}" if message else text
     return text, message
+
+
+def _cuda_driver_loaded() -> bool:
+    """Whether this process has the CUDA driver library mapped (``libcuda.so``); True when that
+    cannot be read (a sticky error is then taken at its word, as before)."""
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            return b"libcuda.so" in fh.read()
+    except OSError:
+        return True
 
 
 def _max_worker_restart(config: pytest.Config) -> int | None:
