@@ -109,11 +109,11 @@ class ChildWatch:
     # -- recording ---------------------------------------------------------------------------
 
     def record(self, child: int, how: str, parent: int | None = None, *,
-               nodeid: str | None | type[Ellipsis] = ...) -> None:
+               nodeid: str | None = None, running: bool = True) -> None:
         """Write one child (once per test and way of seeing it: a poll can catch a child before
         it execs, its creation record then follows with its real name); never raises."""
         base = context.current_base_nodeid
-        if nodeid is ...:
+        if running:  # the test running now; a poll passes the one it started under
             nodeid = context.current_nodeid
         with self._lock:
             if (child, nodeid, how) in self._written:
@@ -232,7 +232,7 @@ class ChildWatch:
                 # long-lived helper is recorded once, not once per test; again only when it
                 # has exec'd since (Popen returns before the kernel renames the child)
                 if child not in self._seen:
-                    self.record(child, "poll", parent, nodeid=nodeid)
+                    self.record(child, "poll", parent, nodeid=nodeid, running=False)
                 elif (now - self._first_seen.get(child, now) < RENAME_WINDOW_S
                       and proc_name(child) not in (self._names.get(child), None)):
-                    self.record(child, "exec", parent, nodeid=nodeid)
+                    self.record(child, "exec", parent, nodeid=nodeid, running=False)

@@ -203,7 +203,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     wanted = set(config.getoption("faulthunt_ids", None) or ())
     if not wanted:
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         (keep if item.nodeid in wanted or base_nodeid(item) in wanted else drop).append(item)
     if drop:

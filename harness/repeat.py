@@ -111,6 +111,8 @@ def copy_item(item: pytest.Item, nodeid: str, step: str) -> pytest.Item:
     new.extra_keyword_matches = {*item.extra_keyword_matches, step}
     new.stash = _copied_stash(item.stash)
     new.stash[BASE_KEY] = item.stash.get(BASE_KEY, item.nodeid)
+    if hasattr(new, "_store"):
+        new._store = new.stash  # pytest's deprecated alias of the stash
     new.user_properties = list(getattr(item, "user_properties", ()))
     new._report_sections = []
     state = vars(new)

@@ -454,7 +454,7 @@ def _by_test(span_list: list[TestSpan], attributed: list[dict[str, Any]]) -> lis
     per_base: dict[str, Counter[str]] = defaultdict(Counter)
     for s in span_list:
         per_base[s.base_nodeid][s.outcome] += 1
-    by_test = []
+    by_test: list[dict[str, Any]] = []
     for base, counts in per_base.items():
         collateral = counts.get("collateral", 0)
         # Collateral runs say nothing about this test: their context was already broken; a

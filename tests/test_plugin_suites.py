@@ -494,3 +494,36 @@ def test_hang_process_tree_has_no_secrets() -> None:
         child.wait()
     mine = next(p for p in tree if p["pid"] == child.pid)
     assert token not in json.dumps(mine["cmdline"]) and "<redacted>" in mine["cmdline"]
+
+
+UNCOPYABLE = """
+    import pytest
+
+    class StubbornItem(pytest.Item):
+        def __copy__(self):
+            raise TypeError("this item type keeps a handle that cannot be shared")
+
+        def runtest(self):
+            pass
+
+    class StubbornFile(pytest.File):
+        def collect(self):
+            yield StubbornItem.from_parent(self, name="only_once")
+
+    def pytest_collect_file(parent, file_path):
+        if file_path.suffix == ".stub":
+            return StubbornFile.from_parent(parent, path=file_path)
+"""
+
+
+def test_an_item_that_cannot_be_repeated_is_said_loudly(pytester: pytest.Pytester,
+                                                         run: Path) -> None:
+    pytester.makeconftest(UNCOPYABLE)
+    (pytester.path / "x.stub").write_text("")
+    result = pytester.runpytest_subprocess(*BASE, "-p", "repeat", "--count", "3")
+    result.assert_outcomes(passed=1)
+    assert "1 test(s) run once, not --count times: x.stub::only_once (cannot be copied " \
+           "(TypeError: this item type keeps a handle" in result.stderr.str()
+    (note,) = [n for n in summarize_run(run)["notes"] if n.startswith("NOT REPEATED")]
+    assert note.startswith("NOT REPEATED: 1 item(s) ran once instead of 3 times, e.g. "
+                           "x.stub::only_once: cannot be copied (TypeError")

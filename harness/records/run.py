@@ -117,7 +117,7 @@ def _nearest_run(spans: list[TestSpan], child: ChildProcess) -> int | None:
     if not mine:
         return None
     t = child.t_mono if child.t_mono is not None else float("-inf")
-    later = [i for i in mine if spans[i].t0_mono is not None and spans[i].t0_mono >= t]
+    later = [i for i in mine if (spans[i].t0_mono or float("-inf")) >= t]
     return later[0] if later else mine[-1]
 
 
