@@ -38,11 +38,13 @@ import msgspec
 
 from faulthunt import context
 from faulthunt.cudaerrors import find_sticky
-from faulthunt.records.events import (Crash, Hang, ProcessInfo, Recycle, Recycled, RecycleLost,
-                                      RestartLimit, SessionFinish, SessionStart, StickyError, TestEnd,
-                                      TestStart, WorkerDown, WorkerHello)
+from faulthunt.records.events import (Collected, CollectError, Crash, Hang, NotRepeated,
+                                      ProcessInfo, Recycle, Recycled, RecycleLost, RestartLimit,
+                                      SessionFinish, SessionStart, StickyError, SubtestFailure,
+                                      TestEnd, TestStart, WorkerDown, WorkerHello, WorkerUp)
 from faulthunt.nodeids import SELECT_OPTION
-from faulthunt.redact import redact_argv
+from faulthunt.redact import redact_argv, redact_text
+from faulthunt.repeat import BASE_KEY, REPEAT_PARAM, RepeatResult, repeat_count, repeat_items
 from faulthunt.rundir import RUN_DIR_ENV, JsonlWriter, Layout, RunDir
 
 #: env: "0" turns worker recycling after sticky CUDA errors off
@@ -53,11 +55,17 @@ LEDGER_ENV = "FAULTHUNT_LEDGER"
 EXIT_RECYCLE = 75
 #: exit status of a worker ended by the hang watchdog (as timeout(1))
 EXIT_HUNG = 124
-#: pytest-repeat's parametrization argument
-REPEAT_PARAM = "__pytest_repeat_step_number"
 HANGS_DIR = Layout.HANGS_DIR
 FAULTHANDLER_DIR = Layout.FAULTHANDLER_DIR
+#: characters of a failure's text kept in the worker's ``end`` record (head and tail)
 _LONGREPR_LIMIT = 8000
+#: characters of each captured section and failure text a worker sends the controller (head
+#: and tail): a test printing 100 MB on one line must not make the controller hold 100 MB
+REPORT_TEXT_LIMIT = 100_000
+#: characters of an exception line kept as a failure's message
+_MESSAGE_LIMIT = 300
+#: the results of faulthunt.repeat in the process that collected (the worker reports them)
+_REPEATED = pytest.StashKey[RepeatResult]()
 
 
 def base_nodeid(item: pytest.Item) -> str:
@@ -68,28 +76,20 @@ def base_nodeid(item: pytest.Item) -> str:
     step's id (searching from the end: pytest-repeat's generate_tests hook runs after pytest's own
     parametrize markers) and rebuild the name, so ``test_a[float32-3-50]`` -> ``test_a[float32]``
     and ``test_a[2-5]`` -> ``test_a``, while a user parameter that merely looks like ``3-50``
-    stays.
+    stays. A copy that faulthunt made itself (:mod:`faulthunt.repeat`: unittest methods, doctests,
+    plugin items) carries its base id in its stash.
     """
+    base = item.stash.get(BASE_KEY, None)
+    if base is not None:
+        return base
     callspec = getattr(item, "callspec", None)
     if callspec is None or REPEAT_PARAM not in callspec.params:
         return item.nodeid
-    ids = _without_step(str(callspec.id), int(callspec.params[REPEAT_PARAM]), _repeat_count(item))
+    ids = _without_step(str(callspec.id), int(callspec.params[REPEAT_PARAM]), repeat_count(item))
     name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
     parent = item.parent.nodeid if item.parent is not None else ""
     base = f"{parent}::{name}" if parent else name
     return f"{base}[{ids}]" if ids else base
-
-
-def _repeat_count(item: pytest.Item) -> int | None:
-    """The repeat count pytest-repeat used for ``item``: its ``repeat`` marker, else ``--count``."""
-    marker = item.get_closest_marker("repeat")
-    if marker is not None and marker.args:
-        try:
-            return int(marker.args[0])
-        except (TypeError, ValueError):
-            return None
-    count = item.config.getoption("count", None)
-    return count if isinstance(count, int) else None
 
 
 def _without_step(ids: str, step: int, count: int | None) -> str:
@@ -102,6 +102,42 @@ def _without_step(ids: str, step: int, count: int | None) -> str:
     if left and right:
         return left[:-1] + right
     return left[:-1] if left else right[1:]
+
+
+def base_from_nodeid(nodeid: str, count: int | None) -> str:
+    """The base id of a node id alone, when its item is not at hand (the controller's view of a
+    test that never started): pytest-repeat's ``<i>-<count>`` dropped from the end of the
+    parameters. A user parameter ending in the same shape would be cut too; items at hand go
+    through :func:`base_nodeid`, which knows."""
+    head, sep, last = nodeid.rpartition("::")
+    if not last.endswith("]") or "[" not in last or not count or count < 2:
+        return nodeid
+    name, _, ids = last[:-1].partition("[")
+    found = re.fullmatch(rf"(?:(.*)-)?\d+-{count}", ids)
+    if found is None:
+        return nodeid
+    rest = found.group(1)
+    return f"{head}{sep}{name}" + (f"[{rest}]" if rest else "")
+
+
+def bound_text(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, head and tail kept, the cut said in between."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit // 2, 1)
+    cut = len(text) - 2 * keep
+    return f"{text[:keep]}\n... [faulthunt: {cut} characters cut] ...\n{text[-keep:]}"
+
+
+def crash_message(report: Any) -> str | None:
+    """A failed report's exception line, as pytest's own short summary shows it
+    (``AssertionError: assert 1 == 2``): its crash entry, never a line of the traceback."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = getattr(crash, "message", None)
+    if isinstance(message, str) and message.strip():
+        line = next(ln.strip() for ln in message.splitlines() if ln.strip())
+        return redact_text(line[:_MESSAGE_LIMIT])
+    return None
 
 
 def _now() -> dict[str, Any]:
@@ -147,13 +183,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "pytest-repeat's step, so a parametrized id works with --count")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Before any plugin is configured: a stress run runs benchmark tests once, as plain tests.
+
+    pytest-benchmark turns itself off under xdist anyway, with a warning from every worker that
+    found a benchmark; without xdist it would time each benchmark for rounds on end. Its own
+    ``--benchmark-disable`` does the same quietly; ``--benchmark-enable`` still wins.
+    """
+    if run_dir_of(config) is None or not hasattr(config.option, "benchmark_disable"):
+        return
+    if not getattr(config.option, "benchmark_enable", False):
+        config.option.benchmark_disable = True
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep only the tests named with --faulthunt-id (faulthunt.nodeids.pytest_selection)."""
     wanted = set(config.getoption("faulthunt_ids", None) or ())
     if not wanted:
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         (keep if item.nodeid in wanted or base_nodeid(item) in wanted else drop).append(item)
     if drop:
@@ -164,6 +215,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     run_dir = run_dir_of(config)
+    if run_dir is not None or config.getoption("faulthunt_ids", None):
+        # A faulthunt run repeats every item --count times, not only pytest's own functions.
+        config.pluginmanager.register(Repeater(), "faulthunt-repeat")
     if run_dir is None:
         return
     # Workers spawned later by xdist inherit the environment: the one channel we need.
@@ -183,6 +237,17 @@ def pytest_configure(config: pytest.Config) -> None:
                                       "faulthunt-worker")
 
 
+class Repeater:
+    """Repeats the items pytest-repeat leaves alone (faulthunt.repeat), in every process that
+    collects: first among the plain implementations of the hook, so that ``-k`` sees the copies
+    and the --faulthunt-id filter (trylast) keeps them by their base id."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        config.stash[_REPEATED] = repeat_items(items)
+
+
 # --- worker side -------------------------------------------------------------------------------
 
 class WorkerRecorder:
@@ -199,7 +264,9 @@ class WorkerRecorder:
         self.events = JsonlWriter(run_dir / Layout.EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl")
         self.poisoned: StickyError | None = None
         self.poisoned_by: str | None = None
-        self._reports: list[pytest.TestReport] = []
+        self._reports: list[tuple[pytest.TestReport, str | None, str | None]] = []
+        self._subtests: dict[str, int] = {}
+        self._subtests_failed: list[SubtestFailure] = []
         self._base: dict[str, str] = {}
         self._hangs = 0
         context.worker_id = self.worker
@@ -211,6 +278,7 @@ class WorkerRecorder:
         # guard mode (docs/guard.md): after the ledger, whose writer it shares; FAULTHUNT_GUARD
         from faulthunt.guard.install import install_from_env
         install_from_env(config, run_dir, warn=_warn)
+        self.children = self._watch_children()
 
     def _test(self, nodeid: str) -> dict[str, Any]:
         """The fields every test record of this process carries."""
@@ -243,43 +311,88 @@ class WorkerRecorder:
         except Exception as exc:  # a broken ledger must not take the test run down
             _warn(f"ledger install failed ({type(exc).__name__}: {exc}); continuing without it")
 
+    def _watch_children(self) -> Any:
+        from faulthunt.children import DEFAULT_POLL_S, POLL_ENV, ChildWatch
+
+        try:
+            poll_s = float(os.environ.get(POLL_ENV, DEFAULT_POLL_S))
+        except ValueError:
+            _warn(f"{POLL_ENV}={os.environ[POLL_ENV]!r} is not a number of seconds; "
+                  f"polling every {DEFAULT_POLL_S}s")
+            poll_s = DEFAULT_POLL_S
+        watch = ChildWatch(self.events.write, worker=self.worker, pid=self.pid, poll_s=poll_s)
+        try:
+            watch.install()
+        except Exception as exc:  # noqa: BLE001 - the run goes on without child records
+            _warn(f"child processes will not be recorded ({type(exc).__name__}: {exc})")
+        return watch
+
     # pytest hooks ----------------------------------------------------------------------------
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        for item in items:
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:
             self._base[item.nodeid] = base_nodeid(item)
+        result = self.config.stash.get(_REPEATED, None) or RepeatResult()
+        count = self.config.getoption("count", None)
+        self.events.write(Collected(
+            worker=self.worker, pid=self.pid, items=len(session.items),
+            count=count if isinstance(count, int) else result.count, repeated=result.repeated,
+            not_repeated=[NotRepeated(nodeid=n, why=w) for n, w in result.not_repeated],
+            child_polling=self.children.polling, **_now()))
+        if result.not_repeated and self.worker in ("main", "gw0"):
+            names = ", ".join(n for n, _ in result.not_repeated[:5])
+            _warn(f"{len(result.not_repeated)} test(s) run once, not --count times: {names} "
+                  f"({result.not_repeated[0][1]})")
+
+    def pytest_unconfigure(self) -> None:
+        self.children.uninstall()
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
         if self.poisoned is not None and self.recycle:
             self._recycle_before(item)
-        self._base.setdefault(item.nodeid, base_nodeid(item))
+        nodeid = item.nodeid
+        base = self._base.get(nodeid)
+        if base is None:
+            base = self._base[nodeid] = base_nodeid(item)
         self._reports = []
-        self.events.write(TestStart(**self._test(item.nodeid), device=self.device))
-        context.set_current(item.nodeid, self._base[item.nodeid])
+        if self._subtests:
+            self._subtests, self._subtests_failed = {}, []
         t0 = time.monotonic()
+        self.events.write(TestStart(nodeid=nodeid, base_nodeid=base, worker=self.worker,
+                                    pid=self.pid, t=time.time(), t_mono=t0, device=self.device))
+        context.set_current(nodeid, base)
         try:
             yield
         finally:
             context.set_current(None, None)
-            self._finish(item, time.monotonic() - t0)
+            self._finish(nodeid, base, time.monotonic() - t0)
 
-    def _finish(self, item: pytest.Item, duration: float) -> None:
-        outcome, longrepr = _combine(self._reports)
-        sticky = None
-        if outcome in ("failed", "error") and longrepr:
-            match = find_sticky(longrepr)
-            if match is not None:
-                sticky = msgspec.convert(match.to_json(), StickyError)
+    def _finish(self, nodeid: str, base: str, duration: float) -> None:
+        run = _combine(self._reports)
+        outcome, longrepr, sticky = run.outcome, None, None
+        if run.text is not None:
+            longrepr = redact_text(bound_text(run.text, _LONGREPR_LIMIT))
+            if outcome in ("failed", "error"):
+                match = find_sticky(run.text)
+                # a sticky error quoted from a child's output (the test ran its GPU work in a
+                # subprocess) says nothing of this process's context when this process never
+                # loaded the CUDA driver: it has none to poison
+                if match is not None and (not self.children.started_any(nodeid)
+                                          or _cuda_driver_loaded()):
+                    sticky = msgspec.convert(match.to_json(), StickyError)
         if outcome in ("failed", "error") and self.poisoned is not None:
             # The context was already poisoned by an earlier test in this process.
             outcome = "collateral"
         self.events.write(TestEnd(
-            **self._test(item.nodeid), outcome=outcome, duration=round(duration, 6),
-            longrepr=longrepr[:_LONGREPR_LIMIT] if longrepr else None, sticky_cuda_error=sticky,
-            collateral_of=self.poisoned_by if outcome == "collateral" else None))
+            nodeid=nodeid, base_nodeid=base, worker=self.worker, pid=self.pid, t=time.time(),
+            t_mono=time.monotonic(), outcome=outcome, duration=round(duration, 6),
+            longrepr=longrepr, message=run.message, sticky_cuda_error=sticky,
+            collateral_of=self.poisoned_by if outcome == "collateral" else None,
+            reruns=run.reruns, subtests=self._subtests or None,
+            subtests_failed=self._subtests_failed))
         if sticky is not None and self.poisoned is None:
-            self.poisoned, self.poisoned_by = sticky, item.nodeid
+            self.poisoned, self.poisoned_by = sticky, nodeid
 
     def _recycle_before(self, item: pytest.Item) -> None:
         """End this worker before ``item`` runs; xdist restarts it and reschedules ``item``."""
@@ -290,8 +403,26 @@ class WorkerRecorder:
         sys.stderr.flush()
         os._exit(EXIT_RECYCLE)
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self._reports.append(report)
+        # tryfirst: before xdist's own implementation serializes the report for the controller
+        text, message = _bound_report(report)
+        context_ = getattr(report, "context", None)
+        if context_ is not None and report.when == "call":
+            self._subtest(report, context_, message)
+        self._reports.append((report, text, message))
+
+    def _subtest(self, report: pytest.TestReport, ctx: Any, message: str | None) -> None:
+        """Count a subtest's outcome; keep a failed one's label and exception line."""
+        self._subtests[report.outcome] = self._subtests.get(report.outcome, 0) + 1
+        if report.failed and len(self._subtests_failed) < 50:
+            parts = [f"[{ctx.msg}]"] if getattr(ctx, "msg", None) is not None else []
+            kwargs = getattr(ctx, "kwargs", None) or {}
+            if kwargs:
+                parts.append("(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")")
+            label = redact_text(" ".join(parts) or "(<subtest>)")
+            self._subtests_failed.append(SubtestFailure(label=label[:_MESSAGE_LIMIT],
+                                                        message=message))
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
@@ -314,7 +445,8 @@ class WorkerRecorder:
         # The outcome first: if a dump below wedges, the record already says hung.
         self.events.write(TestEnd(
             **self._test(item.nodeid), outcome="hung", duration=float(settings.timeout),
-            longrepr=f"hung: exceeded the {settings.timeout:g}s per-test timeout"))
+            longrepr=f"hung: exceeded the {settings.timeout:g}s per-test timeout",
+            message=f"hung: exceeded the {settings.timeout:g}s per-test timeout"))
         py = supervise.dump_python_stacks(hang_dir / f"{stem}.faulthandler.txt")
         spy = supervise.pyspy_dump(self.pid, hang_dir / f"{stem}.py-spy.txt")
         self.events.write(Hang(
@@ -328,6 +460,36 @@ class WorkerRecorder:
         print(msg, file=sys.__stderr__, flush=True)
         self.events.close()
         os._exit(EXIT_HUNG)
+
+
+def _bound_report(report: pytest.TestReport) -> tuple[str | None, str | None]:
+    """Bound what the report carries (captured sections, failure text) before anyone sends or
+    keeps it. The failure text (rendered once) and its exception line, for the caller; (None,
+    None) when the report did not fail."""
+    sections = report.sections
+    if sections and any(len(content) > REPORT_TEXT_LIMIT for _, content in sections):
+        report.sections = [(title, bound_text(content, REPORT_TEXT_LIMIT))
+                           for title, content in sections]
+    if not (report.failed or report.outcome == "rerun") or report.longrepr is None:
+        return None, None
+    text = report.longreprtext
+    message = crash_message(report)
+    if len(text) > REPORT_TEXT_LIMIT:
+        text = bound_text(text, REPORT_TEXT_LIMIT)
+        # a plain text from here on: the exception line goes on top, where pytest's short
+        # summary line looks for it
+        report.longrepr = f"{message}\n{text}" if message else text
+    return text, message
+
+
+def _cuda_driver_loaded() -> bool:
+    """Whether this process has the CUDA driver library mapped (``libcuda.so``); True when that
+    cannot be read (a sticky error is then taken at its word, as before)."""
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            return b"libcuda.so" in fh.read()
+    except OSError:
+        return True
 
 
 def _max_worker_restart(config: pytest.Config) -> int | None:
@@ -352,28 +514,72 @@ def _rel(path: Path | None, root: Path) -> str | None:
         return str(path)
 
 
-def _combine(reports: list[pytest.TestReport]) -> tuple[str, str | None]:
-    """One outcome for setup/call/teardown: failed call -> failed, failed fixture -> error."""
+class _Run:
+    """One test run's outcome from its reports (see :func:`_combine`)."""
+
+    __slots__ = ("outcome", "text", "message", "reruns")
+
+    def __init__(self, outcome: str, text: str | None, message: str | None, reruns: int) -> None:
+        self.outcome, self.text, self.message, self.reruns = outcome, text, message, reruns
+
+
+def _combine(reports: list[tuple[pytest.TestReport, str | None, str | None]]) -> _Run:
+    """One outcome for setup/call/teardown (and subtests, and reruns): a failed call or subtest
+    -> failed, a failed fixture -> error; an attempt pytest-rerunfailures reran counts as a
+    failure of this run even when a later attempt passed."""
     outcome = "passed"
     texts: list[str] = []
-    for rep in reports:
-        if rep.failed:
-            texts.append(rep.longreprtext)
+    message: str | None = None
+    reruns = 0
+    for rep, text, rep_message in reports:
+        if rep.outcome == "rerun":
+            reruns += 1
+        elif rep.failed:
             if rep.when == "call":
                 outcome = "failed"
-            elif outcome == "passed" or outcome == "skipped":
+            elif outcome in ("passed", "skipped"):
                 outcome = "error"
         elif rep.skipped and outcome == "passed":
             outcome = "skipped"
+        else:
+            continue
+        if text is not None:
+            texts.append(text)
+            message = message or rep_message
     if not reports:
         outcome = "incomplete"
-    return outcome, "\n".join(texts) if texts else None
+    elif reruns and outcome in ("passed", "skipped"):
+        outcome = "failed"
+        texts.insert(0, f"faulthunt: failed {reruns} time(s) before pytest-rerunfailures' "
+                        "last attempt passed; the first failure:")
+    return _Run(outcome, "\n".join(texts) if texts else None, message, reruns)
 
 
 # --- controller side ---------------------------------------------------------------------------
 
+#: plugin -> distribution, for the versions a session records (docs/plugin.md)
+_KNOWN_PLUGINS = {"xdist": "pytest-xdist", "repeat": "pytest-repeat", "timeout": "pytest-timeout",
+                  "randomly": "pytest-randomly", "rerunfailures": "pytest-rerunfailures",
+                  "benchmark": "pytest-benchmark", "pytest_cov": "pytest-cov",
+                  "subtests": "pytest-subtests"}
+
+
+def _plugins(config: pytest.Config) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name, dist in _KNOWN_PLUGINS.items():
+        if config.pluginmanager.hasplugin(name):
+            try:
+                out[dist] = version(dist)
+            except PackageNotFoundError:
+                out[dist] = "?"
+    return out
+
+
 class ControllerRecorder:
-    """Writes controller.jsonl: session bounds, dead workers, crashes, hangs, recycles."""
+    """Writes controller.jsonl: session bounds, worker slots, dead workers, crashes, hangs,
+    recycles, collection errors."""
 
     def __init__(self, config: pytest.Config, run_dir: Path) -> None:
         self.config = config
@@ -382,12 +588,40 @@ class ControllerRecorder:
         self._down: dict[str, WorkerDown] = {}
         self._errordowns = 0
         self._restart_limit = _max_worker_restart(config)
-        self.log.write(SessionStart(pid=os.getpid(), argv=redact_argv(config.invocation_params.args),
-                                    xdist=config.getoption("dist", "no") != "no", **_now()))
+        self._slots: dict[int, tuple[Any, str]] = {}
+        self._collect_errors: set[str] = set()
+        seed = config.getoption("randomly_seed", None)
+        self.log.write(SessionStart(pid=os.getpid(), argv=redact_argv([str(a) for a in config.invocation_params.args]),
+                                    xdist=config.getoption("dist", "no") != "no",
+                                    random_seed=seed if isinstance(seed, int) else None,
+                                    plugins=_plugins(config), rootdir=str(config.rootpath),
+                                    **_now()))
 
     def _worker_records(self, worker: str) -> tuple[Any, ...]:
         """What the worker's processes wrote so far (read afresh: they may have just died)."""
         return RunDir(self.run_dir).worker_events(worker)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """A worker starts: its slot is that of the worker it replaces (xdist restarts a dead
+        worker from the same gateway spec object, with a new id: dsession._clone_node)."""
+        spec = node.gateway.spec
+        worker = str(node.gateway.id)
+        _, slot = self._slots.setdefault(id(spec), (spec, worker))
+        env = getattr(spec, "env", None) or {}
+        self.log.write(WorkerUp(worker=worker, slot=slot, device=env.get("CUDA_VISIBLE_DEVICES"),
+                                **_now()))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A collector failed (xdist hands the controller each worker's failed report)."""
+        if not report.failed or report.nodeid in self._collect_errors:
+            return
+        self._collect_errors.add(report.nodeid)
+        text = report.longreprtext
+        self.log.write(CollectError(nodeid=report.nodeid or ".", message=crash_message(report)
+                                    or _exception_line(text),
+                                    longrepr=redact_text(bound_text(text, _LONGREPR_LIMIT)),
+                                    **_now()))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
@@ -422,42 +656,39 @@ class ControllerRecorder:
         pid = down.pid
         start = next((r for r in reversed(records)
                       if isinstance(r, TestStart) and r.nodeid == crashitem), None)
-        base = (start.base_nodeid if start else None) or crashitem
+        count = self.config.getoption("count", None)
+        base = (start.base_nodeid if start else None) or base_from_nodeid(
+            crashitem, count if isinstance(count, int) else None)
         last = records[-1] if records else None
         if isinstance(last, Recycle) and last.before == crashitem:
-            try:
-                sched.mark_test_pending(crashitem)
-            except (NotImplementedError, AttributeError, ValueError) as exc:
-                self.log.write(RecycleLost(nodeid=crashitem, worker=worker, pid=pid,
-                                           reason=f"{type(exc).__name__}: {exc}", **_now()))
-                report.longrepr = (f"faulthunt: worker {worker} was recycled after a sticky CUDA "
-                                   f"error in {last.poisoned_by} and this scheduler "
-                                   "cannot reschedule the test it had queued")
-                return None
-            report.outcome = "rerun"  # type: ignore[assignment]
-            report.longrepr = (f"faulthunt: worker {worker} recycled after a sticky CUDA error in "
-                               f"{last.poisoned_by}; {crashitem} rescheduled")
-            self.log.write(Recycled(worker=worker, pid=pid, nodeid=crashitem,
-                                    poisoned_by=last.poisoned_by,
-                                    exit_status=down.exit_status, **_now()))
+            self._recycled(crashitem, report, sched, worker, pid, last, down)
             return None
         hung = next((r for r in reversed(records) if isinstance(r, Hang)
                      and r.nodeid == crashitem), None)
+        previous = next((r.nodeid for r in reversed(records)
+                         if isinstance(r, TestEnd) and r.pid == pid), None)
         fh_tail = None
         if pid is not None:
             from faulthunt.supervise import head_text
 
             fh_tail = head_text(self.run_dir / FAULTHANDLER_DIR / f"{worker}-{pid}.txt", 3000)
+            fh_tail = redact_text(fh_tail) if fh_tail else None
+        how = (down.signal_name and f"killed by {down.signal_name}") or (
+            down.exit_status is not None and f"exit status {down.exit_status}") or (
+            "exit status unknown")
         if hung is not None:
             report.longrepr = (f"faulthunt: {crashitem} hung in worker {worker} (pid {pid}): "
                                f"exceeded {hung.timeout}s; python stacks "
                                f"{hung.faulthandler or hung.faulthandler_error}, "
                                f"native stacks {hung.pyspy or hung.pyspy_error} "
                                f"(in {self.run_dir})")
+        elif start is None:
+            report.longrepr = (f"faulthunt: worker {worker} (pid {pid}) died before {crashitem} "
+                               f"started ({how})"
+                               + (f", after {previous}" if previous else "")
+                               + "; the test never ran (lost, not failed)"
+                               + (f"\n{fh_tail}" if fh_tail else ""))
         else:
-            how = (down.signal_name and f"killed by {down.signal_name}") or (
-                down.exit_status is not None and f"exit status {down.exit_status}") or (
-                "exit status unknown")
             report.longrepr = (f"faulthunt: worker {worker} (pid {pid}) crashed while running "
                                f"{crashitem}: {how}"
                                + (f"\n{fh_tail}" if fh_tail else ""))
@@ -465,8 +696,26 @@ class ControllerRecorder:
                              base_nodeid=base, worker=worker, pid=pid, signal=down.signal,
                              signal_name=down.signal_name, exit_status=down.exit_status,
                              device=down.device, faulthandler=fh_tail, started=start is not None,
-                             **_now()))
+                             previous=previous if start is None else None, **_now()))
         return None
+
+    def _recycled(self, crashitem: str, report: pytest.TestReport, sched: Any, worker: str,
+                  pid: int | None, last: Recycle, down: WorkerDown) -> None:
+        try:
+            sched.mark_test_pending(crashitem)
+        except (NotImplementedError, AttributeError, ValueError) as exc:
+            self.log.write(RecycleLost(nodeid=crashitem, worker=worker, pid=pid,
+                                       reason=f"{type(exc).__name__}: {exc}", **_now()))
+            report.longrepr = (f"faulthunt: worker {worker} was recycled after a sticky CUDA "
+                               f"error in {last.poisoned_by} and this scheduler "
+                               "cannot reschedule the test it had queued")
+            return
+        report.outcome = "rerun"  # type: ignore[assignment]
+        report.longrepr = (f"faulthunt: worker {worker} recycled after a sticky CUDA error in "
+                           f"{last.poisoned_by}; {crashitem} rescheduled")
+        self.log.write(Recycled(worker=worker, pid=pid, nodeid=crashitem,
+                                poisoned_by=last.poisoned_by,
+                                exit_status=down.exit_status, **_now()))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -475,3 +724,10 @@ class ControllerRecorder:
             shouldstop=str(session.shouldstop) if session.shouldstop else None,
             shouldfail=str(session.shouldfail) if session.shouldfail else None,
             testsfailed=session.testsfailed, **_now()))
+
+
+def _exception_line(text: str) -> str | None:
+    """The exception line of a failure text (faulthunt.summary picks it the same way)."""
+    from faulthunt.summary import exception_line
+
+    return exception_line(text)

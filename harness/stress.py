@@ -462,7 +462,7 @@ def _finish_run(run_dir: Path, opts: StressOptions, run_info: RunInfo,
     attributed = attribute_xids(found_xids, spans, pci_map)
     write_text_atomic(run_dir / Layout.XID, "".join(dumps(x) + "\n" for x in attributed))
     summary = build_summary(spans, run.controller(), attributed, pci_map=pci_map,
-                            visible=visible_of_run(run, pci_map))
+                            visible=visible_of_run(run, pci_map), events=run.worker_events())
     exit_status = exit_status_for(pytest_status, found_something(summary))
     if interrupted:
         exit_status = ExitCode.INTERRUPTED

@@ -9,12 +9,17 @@ Attribution is by pid and time (docs/stress.md): an Xid line carries the pid of 
 channel faulted; the worker with that pid ran a known sequence of tests, each with monotonic start
 and end times; the kernel timestamp of the Xid picks the test. A fault surfaces a moment after the
 kernel that caused it, so an Xid that lands just after a test that failed with a sticky CUDA error
-goes to that test, not to the next one. Xids without a pid (Xid 13 on drivers >= 570) borrow the
-attribution of a pid-carrying Xid on the same GPU within a few seconds.
+goes to that test, not to the next one. An Xid from a process a test started (a subprocess, a
+multiprocessing child, a helper binary's own child: the worker records them, faulthunt.children)
+goes to that test, "child pid N (name) of worker gwK"; one from an unrecorded process whose name
+matches a child that exactly one running test had started goes to that test, said as a guess by
+name. Xids without a pid (Xid 13 on drivers >= 570) borrow the attribution of a pid-carrying Xid
+on the same GPU within a few seconds.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -22,13 +27,15 @@ from typing import Any
 
 from faulthunt.records import run as run_records
 from faulthunt.records.documents import XidLine
-from faulthunt.records.events import (Crash, Recycled, SessionFinish, controller_event_from_json,
-                                      worker_event_from_json)
+from faulthunt.records.events import (ChildProcess, Collected, CollectError, Crash, Recycled,
+                                      SessionFinish, SessionStart, WorkerUp,
+                                      controller_event_from_json, worker_event_from_json)
 # One canonical PCI/UUID reader for the kernel log, NVML and this module; the names stay
 # importable from here (faulthunt.summary.normalize_pci / parse_gpu_uuid_lines).
 from faulthunt.kernlog.pci import normalize_pci
 from faulthunt.kernlog.pci import parse_gpu_uuids as parse_gpu_uuid_lines
-from faulthunt.records.run import FAILING, TestSpan
+from faulthunt.records.run import FAILING, LOST, TestSpan
+from faulthunt.redact import redact_text
 from faulthunt.rundir import RunDir
 from faulthunt.stats import wilson_interval
 
@@ -97,15 +104,23 @@ def attribute_xids(xids: Iterable[Mapping[str, Any] | XidLine], spans: Iterable[
 
     ``attributed_by``: ``pid+kernel_time`` / ``pid+seen_time`` (the test running in that pid at
     that time), ``...+sticky`` (the sticky-error test that had just ended in that pid),
-    ``pid`` (no usable time: the pid's sticky-error test, else its last test), ``neighbour``
-    (pid-less Xid next to an attributed one on the same GPU), ``unmatched_pid`` (no worker had
-    that pid: another process, or a pid namespace), ``none``.
+    ``pid`` (no usable time: the pid's sticky-error test, else its last test), ``child+...``
+    (the pid is a process a test started: ``worker_pid`` and ``attribution`` say whose),
+    ``child_name+time`` (an unrecorded pid whose process name is that of a child of the one test
+    running then), ``neighbour`` (pid-less Xid next to an attributed one on the same GPU),
+    ``unmatched_pid`` (no worker had that pid: another process, or a pid namespace), ``none``.
     """
+    spans = [s for s in spans if s.outcome != LOST]
     by_pid: dict[Any, list[TestSpan]] = defaultdict(list)
+    children: dict[int, list[tuple[ChildProcess, TestSpan]]] = defaultdict(list)
     for span in spans:
         by_pid[span.pid].append(span)
+        for child in span.children:
+            children[child.child_pid].append((child, span))
     for lst in by_pid.values():
         lst.sort(key=lambda s: s.t0_mono if s.t0_mono is not None else float("inf"))
+    for records in children.values():
+        records.sort(key=lambda k: k[0].t_mono if k[0].t_mono is not None else float("-inf"))
     pci_map = pci_map or {}
     out: list[dict[str, Any]] = []
     for xid in xids:
@@ -115,7 +130,10 @@ def attribute_xids(xids: Iterable[Mapping[str, Any] | XidLine], spans: Iterable[
         rec["device"] = _device_label(dev.get("index"), dev.get("uuid"), pci)
         rec["gpu_index"] = dev.get("index")
         rec["gpu_uuid"] = dev.get("uuid")
+        rec["worker_pid"] = rec["attribution"] = None
         span, by = _pick_span(rec, by_pid)
+        if span is None and by == "unmatched_pid":
+            span, by = _pick_child(rec, by_pid, children)
         rec["worker"] = span.worker if span else (by_pid[rec.get("pid")][0].worker
                                                   if by_pid.get(rec.get("pid")) else None)
         rec["nodeid"] = span.nodeid if span else None
@@ -125,6 +143,53 @@ def attribute_xids(xids: Iterable[Mapping[str, Any] | XidLine], spans: Iterable[
         out.append(rec)
     _attribute_neighbours(out)
     return out
+
+
+def _pick_child(xid: dict[str, Any], by_pid: Mapping[Any, list[TestSpan]],
+                children: Mapping[int, list[tuple[ChildProcess, TestSpan]]]
+                ) -> tuple[TestSpan | None, str]:
+    """The test behind an Xid whose pid is no worker's: a recorded child of one, or (by the
+    process name the Xid line carries) an unrecorded one next to a child of that name."""
+    t, clock = _xid_time(xid)
+    pid = xid.get("pid")
+    known = children.get(pid) if isinstance(pid, int) else None
+    if known:
+        # the latest start of that pid before the Xid (a pid can be reused in a long run); an
+        # "exec" record only renames a child already started
+        starts = [k for k in known if k[0].how != "exec"] or known
+        before = [k for k in starts if t is None or k[0].t_mono is None or k[0].t_mono <= t + 1.0]
+        child, started_by = (before or starts)[-1]
+        span = started_by
+        running = _running(by_pid.get(child.pid, []), t)
+        if running is not None and not started_by.contains_mono(t or 0.0, STICKY_GRACE_S):
+            span = running  # the child outlived the test that started it: the test now running
+        xid["worker_pid"] = child.pid
+        # the Xid line names the process as the kernel saw it when it faulted
+        name = xid.get("process") or child.name or "?"
+        xid["attribution"] = (f"child pid {pid} ({name}) of worker {span.worker} (pid {child.pid}),"
+                              f" started by {started_by.nodeid}"
+                              + (f", while {span.nodeid} ran" if span is not started_by else ""))
+        return span, f"child+{clock}" if t is not None else "child"
+    name = str(xid.get("process") or "")[:15]
+    if not name or t is None:
+        return None, "unmatched_pid"
+    hits = {id(span): (child, span) for lst in children.values() for child, span in lst
+            if (child.name or "")[:15] == name and span.contains_mono(t, STICKY_GRACE_S)}
+    if len(hits) != 1:
+        return None, "unmatched_pid"
+    (child, span), = hits.values()
+    xid["worker_pid"] = child.pid
+    xid["attribution"] = (f"pid {pid} ({name}) was not seen by faulthunt; while it faulted, "
+                          f"{span.nodeid} ran in worker {span.worker}, which had started "
+                          f"{name} (pid {child.child_pid}): attributed by name and time")
+    return span, "child_name+time"
+
+
+def _running(spans: list[TestSpan], t: float | None) -> TestSpan | None:
+    if t is None:
+        return None
+    inside = [s for s in spans if s.contains_mono(t)]
+    return inside[-1] if inside else None
 
 
 def _pick_span(xid: Mapping[str, Any], by_pid: Mapping[Any, list[TestSpan]]
@@ -291,7 +356,8 @@ def build_summary(spans: Iterable[Any],
                   xids: Iterable[Mapping[str, Any] | XidLine], *,
                   pci_map: Mapping[str, Mapping[str, Any]] | None = None,
                   exit_status: int | None = None,
-                  visible: list[str] | None = None) -> dict[str, Any]:
+                  visible: list[str] | None = None,
+                  events: Iterable[Any] = ()) -> dict[str, Any]:
     """summary.json from worker events (or assembled spans), controller events and Xids.
 
     Events may be typed (faulthunt.records.events) or plain mappings; the result is the
@@ -299,57 +365,95 @@ def build_summary(spans: Iterable[Any],
 
     ``visible``: the devices unpinned workers could use (:func:`visible_gpus`); default: every
     device of ``pci_map``. With exactly one, unpinned runs are counted on that device.
+    ``events``: the worker events, when ``spans`` are already assembled (for what the workers
+    said about the whole run: items repeated or not, how children were watched).
     """
     controller = _controller_events(controller_events)
     items = list(spans)
     if items and isinstance(items[0], TestSpan):
         span_list: list[TestSpan] = items
+        worker_events = _worker_events(events)
     else:
-        span_list = assemble_spans(items, controller)
+        worker_events = _worker_events(items) or _worker_events(events)
+        span_list = assemble_spans(worker_events, controller)
     attributed = attribute_xids(xids, span_list, pci_map)
-
-    outcomes = Counter(s.outcome for s in span_list)
     crash_by_key = {(c.worker, c.nodeid): c for c in controller if isinstance(c, Crash)}
-    failures = []
-    for s in span_list:
-        if s.outcome not in FAILING:
-            continue
-        crash = crash_by_key.get((s.worker, s.nodeid))
-        failures.append({
-            "nodeid": s.nodeid, "base_nodeid": s.base_nodeid,
-            "outcome": "failed" if s.outcome == "error" else s.outcome,
-            "phase": "setup/teardown" if s.outcome == "error" else None,
-            "worker": s.worker, "pid": s.pid, "device": s.device,
-            "message": _first_line(s.longrepr),
-            "sticky_cuda_error": s.sticky_cuda_error.to_json() if s.sticky_cuda_error else None,
-            "signal": crash.signal if crash else None,
-            "signal_name": crash.signal_name if crash else None,
-            "exit_status": crash.exit_status if crash else None,
-        })
+    failures = [_failure(s, crash_by_key.get((s.worker, s.nodeid))) for s in span_list
+                if s.outcome in FAILING or s.outcome == LOST]
+    if visible is None:
+        visible = visible_gpus(pci_map)
+    start = next((c for c in controller if isinstance(c, SessionStart)), None)
+    finish = next((c for c in reversed(controller) if isinstance(c, SessionFinish)), None)
+    outcomes = Counter(s.outcome for s in span_list)
+    workers = _workers(span_list, controller, start)
+    summary: dict[str, Any] = {
+        "tests_run": sum(1 for s in span_list if s.outcome != LOST),
+        "passed": outcomes.get("passed", 0),
+        "skipped": outcomes.get("skipped", 0),
+        "outcomes": dict(sorted(outcomes.items())),
+        "failures": failures,
+        "xids": [_xid_summary(x) for x in attributed],
+        "by_test": _by_test(span_list, attributed),
+        "by_device": _by_device(span_list, attributed, pci_map, visible),
+        "xid_spread": xid_spread(attributed, len(visible) if visible is not None else None),
+        "workers": workers,
+        "stopped_early": (finish.shouldstop or finish.shouldfail) if finish else None,
+        "session_finished": finish is not None,
+        "exit_status": exit_status,
+        "collection_errors": _collection_errors(controller),
+        "subtests": _subtests(span_list),
+        "random_seed": start.random_seed if start is not None else None,
+    }
+    summary["notes"] = _notes(summary, span_list, worker_events)
+    return summary
 
+
+def _failure(s: TestSpan, crash: Crash | None) -> dict[str, Any]:
+    return {
+        "nodeid": s.nodeid, "base_nodeid": s.base_nodeid,
+        "outcome": "failed" if s.outcome == "error" else s.outcome,
+        "phase": "setup/teardown" if s.outcome == "error" else None,
+        "worker": s.worker, "pid": s.pid, "device": s.device,
+        "message": _message(s),
+        "sticky_cuda_error": s.sticky_cuda_error.to_json() if s.sticky_cuda_error else None,
+        "signal": crash.signal if crash else None,
+        "signal_name": crash.signal_name if crash else None,
+        "exit_status": crash.exit_status if crash else None,
+        "reruns": s.reruns,
+        "subtests_failed": [f.to_json() for f in s.subtests_failed],
+    }
+
+
+def _by_test(span_list: list[TestSpan], attributed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     xids_by_test = Counter(x.get("base_nodeid") for x in attributed if x.get("base_nodeid"))
     per_base: dict[str, Counter[str]] = defaultdict(Counter)
     for s in span_list:
         per_base[s.base_nodeid][s.outcome] += 1
-    by_test = []
+    by_test: list[dict[str, Any]] = []
     for base, counts in per_base.items():
         collateral = counts.get("collateral", 0)
-        # Collateral runs say nothing about this test: their context was already broken.
-        runs = sum(counts.values()) - collateral - counts.get("skipped", 0)
+        # Collateral runs say nothing about this test: their context was already broken; a
+        # lost one never ran.
+        runs = sum(counts.values()) - collateral - counts.get("skipped", 0) - counts.get(LOST, 0)
         fails = sum(v for k, v in counts.items() if k in FAILING and k != "collateral")
         by_test.append({"base_nodeid": base, "runs": runs, "failures": fails,
                         "rate": round(fails / runs, 6) if runs else 0.0,
                         "ci95": _ci(fails, runs), "outcomes": dict(sorted(counts.items())),
                         "collateral": collateral, "xids": xids_by_test.get(base, 0)})
     by_test.sort(key=lambda r: (-r["failures"], -r["xids"], r["base_nodeid"]))
+    return by_test
 
-    if visible is None:
-        visible = visible_gpus(pci_map)
+
+def _by_device(span_list: list[TestSpan], attributed: list[dict[str, Any]],
+               pci_map: Mapping[str, Mapping[str, Any]] | None,
+               visible: list[str] | None) -> list[dict[str, Any]]:
     # An unpinned worker on a machine (or CUDA_VISIBLE_DEVICES) with one GPU ran on that GPU;
     # with several it could have used any of them, so its runs stay under "unpinned".
     only = visible[0] if visible is not None and len(visible) == 1 else None
     by_device: dict[str, dict[str, Any]] = {}
     for s in span_list:
+        if s.outcome == LOST:
+            continue
         label = s.device or only or "unpinned"
         row = by_device.setdefault(label, {"device": label, "runs": 0, "failures": 0, "xids": 0})
         row["runs"] += 1
@@ -371,52 +475,162 @@ def build_summary(spans: Iterable[Any],
             row["runs"] = None
             row["failures"] = None
             row["note"] = "workers were unpinned: runs and failures are under 'unpinned'"
+    return sorted(by_device.values(), key=lambda r: r["device"])
 
-    finish = next((c for c in reversed(controller) if isinstance(c, SessionFinish)), None)
-    kinds = Counter(c.kind for c in controller if isinstance(c, Crash))
-    workers = {
-        "processes": len({s.pid for s in span_list}),
+
+def _workers(span_list: list[TestSpan], controller: list[Any],
+             start: SessionStart | None) -> dict[str, Any]:
+    """Worker processes, and the slots they ran in: ``-n 4`` has four slots whatever the
+    restarts; a restarted worker gets a new id (xdist) and keeps its slot (``worker_up``)."""
+    kinds = Counter(c.kind for c in controller if isinstance(c, Crash) and c.started is not False)
+    ups = [c for c in controller if isinstance(c, WorkerUp)]
+    ran = {s.worker for s in span_list}
+    slots: int | None
+    restarts: int | None
+    if ups:
+        slot_of = {str(u.worker): str(u.slot or u.worker) for u in ups}
+        for w in ran - set(slot_of):
+            slot_of[w] = w
+        slots = len(set(slot_of.values()))
+        restarts = sum(1 for w, slot in slot_of.items() if w != slot)
+    elif start is not None and start.xdist is False or ran == {"main"}:
+        slot_of, slots, restarts = {w: w for w in ran}, 1, 0
+    else:
+        slot_of, slots, restarts = {}, None, None  # recorded before slots were
+    return {
+        "processes": len({s.pid for s in span_list if s.outcome != LOST}),
+        "slots": slots, "restarts": restarts, "slot_of": dict(sorted(slot_of.items())),
         "recycled": sum(1 for c in controller if isinstance(c, Recycled)),
         "crashed": kinds.get("crashed", 0), "hung": kinds.get("hung", 0),
+        "lost": sum(1 for s in span_list if s.outcome == LOST),
     }
-    summary: dict[str, Any] = {
-        "tests_run": len(span_list),
-        "passed": outcomes.get("passed", 0),
-        "skipped": outcomes.get("skipped", 0),
-        "outcomes": dict(sorted(outcomes.items())),
-        "failures": failures,
-        "xids": [_xid_summary(x) for x in attributed],
-        "by_test": by_test,
-        "by_device": sorted(by_device.values(), key=lambda r: r["device"]),
-        "xid_spread": xid_spread(attributed, len(visible) if visible is not None else None),
-        "workers": workers,
-        "stopped_early": (finish.shouldstop or finish.shouldfail) if finish else None,
-        "session_finished": finish is not None,
-        "exit_status": exit_status,
-    }
-    return summary
+
+
+def _collection_errors(controller: list[Any]) -> list[dict[str, Any]]:
+    seen: dict[str, dict[str, Any]] = {}
+    for c in controller:
+        if isinstance(c, CollectError) and c.nodeid not in seen:
+            seen[c.nodeid] = {"nodeid": c.nodeid,
+                              "message": redact_text(c.message) if c.message
+                              else _first_line(c.longrepr)}
+    return list(seen.values())
+
+
+def _subtests(span_list: list[TestSpan]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for s in span_list:
+        total.update(s.subtests or {})
+    return dict(sorted(total.items()))
+
+
+def _notes(summary: Mapping[str, Any], span_list: list[TestSpan],
+           events: list[Any]) -> list[str]:
+    """What the run says about itself, one line each: what was not run as asked, what was
+    counted differently from plain pytest, and how to replay it."""
+    notes: list[str] = []
+    collected = next((e for e in events if isinstance(e, Collected)), None)
+    if collected is not None and collected.repeated:
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(collected.repeated.items()))
+        notes.append(f"faulthunt repeated {sum(collected.repeated.values())} item(s) "
+                     f"{collected.count} times that pytest-repeat leaves alone ({kinds})")
+    if collected is not None and collected.not_repeated:
+        first = collected.not_repeated[0]
+        notes.append(f"NOT REPEATED: {len(collected.not_repeated)} item(s) ran once instead of "
+                     f"{collected.count} times, e.g. {first.nodeid}: {first.why}")
+    if collected is not None and collected.child_polling and \
+            collected.child_polling.startswith("unavailable"):
+        notes.append(f"child processes: seen only when Python starts them; polling "
+                     f"{collected.child_polling}")
+    reran = [s for s in span_list if s.reruns]
+    if reran:
+        notes.append(f"pytest-rerunfailures reran {sum(s.reruns for s in reran)} time(s) in "
+                     f"{len(reran)} run(s): each such run counts as failed here, even when a "
+                     "rerun passed (a rerun hides a flaky failure; faulthunt hunts them)")
+    lost = summary["workers"].get("lost") or 0
+    if lost:
+        notes.append(f"{lost} test(s) lost: their worker died between two tests, before they "
+                     "started (xdist blames the queued test); not counted as runs or failures")
+    if summary.get("collection_errors"):
+        n = len(summary["collection_errors"])
+        notes.append(f"{n} collection error(s): the tests of those modules never ran")
+    sub = summary.get("subtests") or {}
+    if sub:
+        notes.append("subtests: " + ", ".join(f"{v} {k}" for k, v in sub.items())
+                     + " (a failed subtest fails its test run)")
+    if summary.get("random_seed") is not None:
+        notes.append(f"test order shuffled by pytest-randomly, seed {summary['random_seed']}: "
+                     f"replay it with `-- -p randomly --randomly-seed={summary['random_seed']}`")
+    return notes
 
 
 def found_something(summary: Mapping[str, Any]) -> bool:
-    """Failures of any kind or any Xid: the run found something (exit status 1)."""
-    return bool(summary.get("failures")) or bool(summary.get("xids"))
+    """Failures of any kind (lost tests included), collection errors or any Xid: the run found
+    something (exit status 1)."""
+    return (bool(summary.get("failures")) or bool(summary.get("xids"))
+            or bool(summary.get("collection_errors")))
 
 
 def _xid_summary(x: Mapping[str, Any]) -> dict[str, Any]:
     keys = ("xid", "pid", "worker", "nodeid", "base_nodeid", "pci", "device", "gpu_index",
             "gpu_uuid", "worker_device", "category", "mmu", "ts", "seq", "attributed_by",
-            "process", "message")
+            "process", "message", "worker_pid", "attribution")
     return {k: x.get(k) for k in keys}
 
 
-def _first_line(text: str | None, limit: int = 300) -> str | None:
+#: a native traceback's last line: ``ValueError: bad``, ``pkg.mod.CUDARuntimeError: ...``
+_EXCEPTION_RE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|"
+                           r"Failure|Failed|Timeout|Abort)\b(?::.*)?$")
+#: pytest's --showlocals lines (``faults_bin = PosixPath(...)``): never a failure's message
+_LOCALS_RE = re.compile(r"^[A-Za-z_]\w*\s+= ")
+#: pytest's ``path:line: ExcType`` location line
+_LOCATION_RE = re.compile(r"^\S+:\d+: (?P<what>\S.*)$")
+
+
+def exception_line(text: str | None, limit: int = 300) -> str | None:
+    """The line of a failure text that says what failed: the exception line, not a source or
+    locals line.
+
+    pytest prints each exception of a chain with ``E   `` lines, the cause first and the
+    exception that failed the test last: the first line of the last such block
+    (``E   AssertionError: ...``). Without ``E`` lines (``--tb=native``, a crash text): the last
+    line shaped like ``SomeError: ...``, else pytest's ``path:12: SomeError``, else the first
+    line that is not a ``name = value`` locals line.
+    """
     if not text:
         return None
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    # pytest's longrepr ends with the "E   ..." line that says what failed
-    err = [ln for ln in lines if ln.startswith("E ")]
-    line = err[0][1:].strip() if err else lines[0]
-    return line[:limit]
+    if not lines:
+        return None
+    blocks: list[list[str]] = []
+    previous_e = False
+    for ln in text.splitlines():
+        is_e = ln.startswith("E ") and not _LOCALS_RE.match(ln)
+        if is_e:
+            if not previous_e:
+                blocks.append([])
+            blocks[-1].append(ln[1:].strip())
+        previous_e = is_e or (previous_e and not ln.strip())
+    picked = next((b[0] for b in reversed(blocks) if b and b[0]), None)
+    if picked is None:
+        picked = next((ln for ln in reversed(lines) if _EXCEPTION_RE.match(ln)), None)
+    if picked is None:
+        loc = next((m for m in map(_LOCATION_RE.match, reversed(lines)) if m), None)
+        picked = loc.group("what") if loc else None
+    if picked is None:
+        picked = next((ln for ln in lines if not _LOCALS_RE.match(ln)), lines[0])
+    return picked[:limit]
+
+
+def _first_line(text: str | None, limit: int = 300) -> str | None:
+    """A failure's message for the table and report: its exception line, secrets scrubbed."""
+    line = exception_line(text, limit)
+    return redact_text(line) if line else None
+
+
+def _message(span: TestSpan) -> str | None:
+    if span.message:
+        return redact_text(span.message)
+    return _first_line(span.longrepr)
 
 
 # --- I/O edge ------------------------------------------------------------------------------------
@@ -450,7 +664,7 @@ def summarize_run(run_dir: Path | RunDir) -> dict[str, Any]:
     pci_map = pci_map_of_run(run)
     summary = build_summary(run.spans(), run.controller(), run.xids(), pci_map=pci_map,
                             exit_status=info.exit_status if info is not None else None,
-                            visible=visible_of_run(run, pci_map))
+                            visible=visible_of_run(run, pci_map), events=run.worker_events())
     summary["skipped_lines"] = run.skipped_lines()
     previous = run.summary()
     if previous is not None and previous.kernel_log is not None:

@@ -66,7 +66,10 @@ def allow_ptrace_by_any() -> bool:
 
 
 def pyspy_dump(pid: int, path: Path, timeout: float = 30.0) -> DumpResult:
-    """``py-spy dump --native --locals --pid PID`` into ``path``; says plainly why when it can't."""
+    """``py-spy dump --native --locals --pid PID`` into ``path``; says plainly why when it can't.
+
+    Locals can hold secrets (a token a test was given): the dump is written with known secret
+    shapes scrubbed (``faulthunt.redact.redact_text``)."""
     exe = shutil.which("py-spy")
     if exe is None:
         return DumpResult(None, "py-spy is not installed (pip install py-spy); "
@@ -92,16 +95,21 @@ def pyspy_dump(pid: int, path: Path, timeout: float = 30.0) -> DumpResult:
                     "`docker run --cap-add SYS_PTRACE`, or set kernel.yama.ptrace_scope=0)")
         return DumpResult(None, f"py-spy dump failed with status {proc.returncode}: "
                                 f"{err[:500]}{hint}")
+    from faulthunt.redact import redact_text
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# {' '.join(cmd)}\n{text}", encoding="utf-8")
+        path.write_text(f"# {' '.join(cmd)}\n{redact_text(text)}", encoding="utf-8")
     except OSError as exc:
         return DumpResult(None, f"cannot write {path}: {exc.strerror}")
     return DumpResult(path)
 
 
 def process_tree(pid: int) -> list[dict[str, object]]:
-    """The process and its descendants (pid, ppid, name, status, cmdline) via psutil."""
+    """The process and its descendants (pid, ppid, name, status, cmdline) via psutil; command
+    lines with secrets redacted (``--token X``, URL passwords, known token shapes)."""
+    from faulthunt.redact import redact_argv
+
     try:
         import psutil
     except ImportError:
@@ -116,7 +124,7 @@ def process_tree(pid: int) -> list[dict[str, object]]:
         try:
             with p.oneshot():
                 out.append({"pid": p.pid, "ppid": p.ppid(), "name": p.name(),
-                            "status": p.status(), "cmdline": p.cmdline()[:8]})
+                            "status": p.status(), "cmdline": redact_argv(p.cmdline()[:8])})
         except psutil.Error:
             continue
     return out

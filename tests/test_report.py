@@ -42,7 +42,9 @@ def test_h200_markdown_golden() -> None:
 
 def test_h200_evidence_and_environment() -> None:
     m = build_model(H200)
-    assert m.headline.startswith("fails 4 of 6 workers on their second, fourth, seventh or 17th test (4 failed)")
+    # recorded before worker slots were: counted in worker processes (restarted ones included)
+    assert m.headline.startswith("fails 4 of 6 worker processes on their second, fourth, seventh "
+                                 "or 17th test (4 failed)")
     assert [x["xid"] for x in m.xids] == [31] * 5
     assert all(x["engine"] == "GRAPHICS" for x in m.xids)
     assert all(f["device"] == "0 (from Xid)" for f in m.failures)
@@ -91,9 +93,27 @@ def test_who(procs, bad, want) -> None:
     assert _who(procs, bad) == want
 
 
+def test_headline_counts_worker_slots_and_says_restarts() -> None:
+    """-n 4 with 10 restarts: "of 4 workers", not "of 14"; restarts and lost tests said apart."""
+    from faulthunt.report.model import model_from_parts
+
+    slot_of = {f"gw{i}": f"gw{i % 4}" for i in range(14)}
+    failures = [{"nodeid": f"t.py::test_a[{i}-20]", "base_nodeid": "t.py::test_a", "outcome": "crashed",
+                 "worker": f"gw{w}", "pid": 100 + w} for i, w in enumerate((0, 4, 8, 1, 5))]
+    failures.append({"nodeid": "t.py::test_b[3-20]", "outcome": "lost", "worker": "gw9", "pid": 109})
+    summary = {"tests_run": 80, "failures": failures,
+               "workers": {"processes": 14, "slots": 4, "restarts": 10, "slot_of": slot_of},
+               "collection_errors": [{"nodeid": "t2.py", "message": "ImportError: x"}]}
+    m = model_from_parts(run_id="r", run={}, identity={}, summary=summary, mapping=[],
+                         sanitizer=None, events=[], controller=[], xids=[], hang_texts={}, notes=[])
+    assert m.headline == ("crashes 1 worker in 2 (5 crashed); 5 of 80 runs, 95% interval 2.7%-13.8%;"
+                          " 10 worker restarts; 1 test lost (worker died before it started);"
+                          " 1 module failed to import (their tests never ran)")
+
+
 def test_headline_and_evidence() -> None:
     m = build_model(SAMPLE)
-    assert m.headline.startswith("fails 3 of 4 workers")
+    assert m.headline.startswith("fails 3 of 4 worker processes")
     assert m.rate["failures"] == 4 and m.rate["runs"] == 21
     assert m.xids[0]["verdict"] == "freed" and m.xids[0]["engine"] == "GRAPHICS"
     assert any("use-after-free" in s for s in m.next_steps)

@@ -105,7 +105,9 @@ def test_build_summary_schema_and_counts():
     devices = {d["device"]: d for d in s["by_device"]}
     assert devices["0"]["xids"] == 1 and devices["1"]["xids"] == 1
     assert devices["0"]["uuid"] == "GPU-aaaa"
-    assert s["workers"] == {"processes": 2, "recycled": 0, "crashed": 1, "hung": 0}
+    # recorded without worker_up events (as before slots were): slots and restarts unknown
+    assert s["workers"] == {"processes": 2, "recycled": 0, "crashed": 1, "hung": 0, "lost": 0,
+                            "slots": None, "restarts": None, "slot_of": {}}
     json.dumps(s)  # serialisable as is
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from faulthunt.records.codec import Doc
-from faulthunt.records.events import StickyError
+from faulthunt.records.events import StickyError, SubtestFailure
 
 #: run.json ``kind`` of each command that makes a run directory
 RUN_KINDS = ("stress", "sanitize", "merged")
@@ -127,12 +127,18 @@ class XidLine(Doc, frozen=True, kw_only=True, omit_defaults=True):
     base_nodeid: str | None = None
     worker_device: str | None = None
     attributed_by: str | None = None
+    #: the worker process behind an Xid from one of its children (``pid`` is the child's)
+    worker_pid: int | None = None
+    #: how the Xid's process relates to the run, in words: "child pid 4242 (python3) of worker
+    #: gw1 (pid 4100), started by test ..."; None for a worker's own Xid or an unattributed one
+    attribution: str | None = None
 
 
 # --- summary.json --------------------------------------------------------------------------------
 
 class Failure(Doc, frozen=True, kw_only=True):
-    """A failing test run: failed, crashed, hung or collateral."""
+    """A failing test run: failed, crashed, hung or collateral; or ``lost`` (never started: its
+    worker died between two tests; not counted as a run or a failure of the test)."""
 
     nodeid: str
     base_nodeid: str | None = None
@@ -146,6 +152,9 @@ class Failure(Doc, frozen=True, kw_only=True):
     signal: int | None = None
     signal_name: str | None = None
     exit_status: int | None = None
+    #: attempts pytest-rerunfailures made before the last (a run with reruns counts as failed)
+    reruns: int = 0
+    subtests_failed: list[SubtestFailure] = []
 
 
 class TestRate(Doc, frozen=True, kw_only=True):
@@ -192,10 +201,25 @@ class XidSpread(Doc, frozen=True, kw_only=True):
 
 
 class WorkerCounts(Doc, frozen=True, kw_only=True):
+    """Worker processes and slots: ``-n 4`` is four slots (gw0..gw3); a slot whose worker died
+    or was recycled gets a new process (with a new id, gw4...): ``restarts`` counts those.
+    ``slot_of`` maps each worker id to its slot (empty for runs recorded before slots were)."""
+
     processes: int = 0
+    slots: int | None = None
+    restarts: int | None = None
+    slot_of: dict[str, str] = {}
     recycled: int = 0
     crashed: int = 0
     hung: int = 0
+    lost: int = 0
+
+
+class CollectionError(Doc, frozen=True, kw_only=True):
+    """A collector that failed (a module that does not import): a failure of the run."""
+
+    nodeid: str
+    message: str | None = None
 
 
 class KernelLogStatus(Doc, frozen=True, kw_only=True):
@@ -230,10 +254,18 @@ class Summary(Doc, frozen=True, kw_only=True):
     skipped_lines: dict[str, int] = {}
     kernel_log: KernelLogStatus | None = None
     warnings: list[str] = []
+    #: modules that failed to import (their tests never ran): failures of the run
+    collection_errors: list[CollectionError] = []
+    #: subtests (unittest subTest, pytest's subtests fixture) by outcome, over all runs
+    subtests: dict[str, int] = {}
+    #: pytest-randomly's seed: ``--randomly-seed=N`` replays the order
+    random_seed: int | None = None
+    #: what the run says about itself: items not repeated, reruns counted as failures, ...
+    notes: list[str] = []
 
     def found_something(self) -> bool:
-        """Failures of any kind or any Xid: the run found something."""
-        return bool(self.failures) or bool(self.xids)
+        """Failures of any kind, collection errors or any Xid: the run found something."""
+        return bool(self.failures) or bool(self.xids) or bool(self.collection_errors)
 
 
 # --- mapping.json --------------------------------------------------------------------------------

@@ -66,8 +66,22 @@ class TestStart(_Event, frozen=True, kw_only=True, tag="start"):
     device: str | None = None
 
 
+class SubtestFailure(Doc, frozen=True, kw_only=True):
+    """A failed subtest (unittest ``subTest``, pytest's ``subtests`` fixture): its label as pytest
+    prints it (``[msg] (i=1)``) and its exception line."""
+
+    label: str = ""
+    message: str | None = None
+
+
 class TestEnd(_Event, frozen=True, kw_only=True, tag="end"):
-    """A test ended in this process (``hung``: written by the watchdog before its dumps)."""
+    """A test ended in this process (``hung``: written by the watchdog before its dumps).
+
+    ``longrepr`` is pytest's failure text, bounded (head and tail kept) and with secrets
+    scrubbed; ``message`` its exception line (pytest's own crash line: ``AssertionError: ...``).
+    ``reruns``: attempts pytest-rerunfailures made before the last (a run with reruns failed at
+    least once, whatever its last attempt did). ``subtests``: outcomes of its subtests, counted.
+    """
 
     __test__ = False
 
@@ -76,8 +90,12 @@ class TestEnd(_Event, frozen=True, kw_only=True, tag="end"):
     outcome: str = "incomplete"
     duration: float | None = None
     longrepr: str | None = None
+    message: str | None = None
     sticky_cuda_error: StickyError | None = None
     collateral_of: str | None = None
+    reruns: int = 0
+    subtests: dict[str, int] | None = None
+    subtests_failed: list[SubtestFailure] = []
 
 
 class Hang(_Event, frozen=True, kw_only=True, tag="hang"):
@@ -101,11 +119,70 @@ class Recycle(_Event, frozen=True, kw_only=True, tag="recycle"):
     error: StickyError | None = None
 
 
+class ChildProcess(_Event, frozen=True, kw_only=True, tag="child"):
+    """A process this worker (``pid``) started, directly or further down, seen while ``nodeid``
+    ran (None: between tests). ``how``: subprocess, multiprocessing, fork, posix_spawn (seen as
+    it was created), poll (found among the worker's descendants) or exec (seen again under the
+    new name its exec gave it: creation can be seen before the rename). ``name``: the kernel's name
+    for it (``/proc/<pid>/comm``, what an Xid line's ``name=`` says)."""
+
+    child_pid: int
+    parent_pid: int | None = None
+    name: str | None = None
+    how: str | None = None
+    nodeid: str | None = None
+    base_nodeid: str | None = None
+
+
+class NotRepeated(Doc, frozen=True, kw_only=True):
+    """An item that runs fewer times than ``--count`` asks, and why."""
+
+    nodeid: str
+    why: str = ""
+
+
+class Collected(_Event, frozen=True, kw_only=True, tag="collected"):
+    """What this worker collected (written once, after collection): items to run, the repeat
+    count, the items faulthunt repeated itself (pytest-repeat leaves unittest methods, doctests
+    and plugin items alone; counted per item type) and those it could not; how children are
+    watched."""
+
+    items: int = 0
+    count: int = 1
+    repeated: dict[str, int] = {}
+    not_repeated: list[NotRepeated] = []
+    child_polling: str | None = None
+
+
 # --- controller side -----------------------------------------------------------------------------
 
 class SessionStart(_Event, frozen=True, kw_only=True, tag="session_start"):
     argv: list[str] = []
     xdist: bool | None = None
+    #: pytest-randomly's seed (None: not loaded); ``--randomly-seed=N`` replays the order
+    random_seed: int | None = None
+    #: the versions of the loaded plugins faulthunt knows to interact with (docs/plugin.md)
+    plugins: dict[str, str] = {}
+    #: pytest's rootdir: node ids are relative to it (not to the directory pytest ran in)
+    rootdir: str | None = None
+
+
+class WorkerUp(_Event, frozen=True, kw_only=True, tag="worker_up"):
+    """xdist started worker ``worker`` in slot ``slot`` (the id of the slot's first worker:
+    a worker restarted after a crash or a recycle gets a new id, gw4 for gw0, and keeps its
+    slot and device)."""
+
+    slot: str | None = None
+    device: str | None = None
+
+
+class CollectError(_Event, frozen=True, kw_only=True, tag="collect_error"):
+    """A collector failed (a test module that does not import): its tests never ran.
+    ``longrepr`` bounded and with secrets scrubbed, ``message`` its exception line."""
+
+    nodeid: str
+    message: str | None = None
+    longrepr: str | None = None
 
 
 class WorkerDown(_Event, frozen=True, kw_only=True, tag="worker_down"):
@@ -119,7 +196,11 @@ class WorkerDown(_Event, frozen=True, kw_only=True, tag="worker_down"):
 
 
 class Crash(_Event, frozen=True, kw_only=True, tag="crash"):
-    """A worker died (``crashed``) or was ended by the watchdog (``hung``) while running ``nodeid``."""
+    """A worker died (``crashed``) or was ended by the watchdog (``hung``) while running ``nodeid``.
+
+    ``started`` False: xdist blamed the test it had queued next, which never started (the worker
+    died between two tests): that test is *lost*, not failed; ``previous`` is the last test the
+    worker process ended before it died."""
 
     kind: str = "crashed"
     nodeid: str
@@ -130,6 +211,7 @@ class Crash(_Event, frozen=True, kw_only=True, tag="crash"):
     device: str | None = None
     faulthandler: str | None = None
     started: bool | None = None
+    previous: str | None = None
 
 
 class Recycled(_Event, frozen=True, kw_only=True, tag="recycled"):
@@ -170,13 +252,15 @@ class OtherEvent(Doc, frozen=True, kw_only=True):
     data: dict[str, Any] = {}
 
 
-WORKER_EVENT_TYPES: tuple[type[_Event], ...] = (WorkerHello, TestStart, TestEnd, Hang, Recycle)
+WORKER_EVENT_TYPES: tuple[type[_Event], ...] = (WorkerHello, TestStart, TestEnd, Hang, Recycle,
+                                                ChildProcess, Collected)
 CONTROLLER_EVENT_TYPES: tuple[type[_Event], ...] = (SessionStart, WorkerDown, Crash, Recycled,
-                                                    RecycleLost, RestartLimit, SessionFinish)
+                                                    RecycleLost, RestartLimit, SessionFinish,
+                                                    WorkerUp, CollectError)
 
-WorkerEvent = Union[WorkerHello, TestStart, TestEnd, Hang, Recycle]
+WorkerEvent = Union[WorkerHello, TestStart, TestEnd, Hang, Recycle, ChildProcess, Collected]
 ControllerEvent = Union[SessionStart, WorkerDown, Crash, Recycled, RecycleLost, RestartLimit,
-                        SessionFinish]
+                        SessionFinish, WorkerUp, CollectError]
 
 
 def _tags(types: tuple[type[_Event], ...]) -> frozenset[str]:

@@ -197,11 +197,38 @@ def _position_text(positions: Sequence[int], plural: bool = False) -> str:
     return f" anywhere from {its} {words[0]} to {its} {words[-1]} test"
 
 
-def _who(procs: int, bad_procs: int) -> tuple[str, bool]:
-    """'1 worker in 8' when that is exact, else '4 of 6 workers'; and whether the subject is plural."""
+def _who(procs: int, bad_procs: int, unit: str = "worker") -> tuple[str, bool]:
+    """'1 worker in 8' when that is exact, else '4 of 6 workers'; and whether the subject is plural.
+
+    ``unit``: what is counted, "worker" (slots: gw0..gw3 of ``-n 4``, whatever the restarts) or
+    "worker process" (runs recorded before slots were: restarted workers count again)."""
     if bad_procs == 1 or (procs % bad_procs == 0 and procs // bad_procs >= 2):
-        return f"1 worker in {procs // bad_procs}", False
-    return f"{bad_procs} of {procs} workers", True
+        return f"1 {unit} in {procs // bad_procs}", False
+    plural = unit + ("es" if unit.endswith("s") else "s")
+    return f"{bad_procs} of {procs} {plural}", True
+
+
+def _workers_failing(summary: Mapping[str, Any], failing: Sequence[Mapping[str, Any]],
+                     lanes: int) -> tuple[str, bool, str] | None:
+    """Who failed, counted in worker slots (and the restarts said apart), or in worker processes
+    for a run recorded before slots were; None when no failure names its worker."""
+    workers = summary.get("workers") or {}
+    slots = workers.get("slots")
+    if isinstance(slots, int) and slots > 0:
+        slot_of = workers.get("slot_of") or {}
+        bad = len({slot_of.get(f.get("worker"), f.get("worker")) for f in failing
+                   if f.get("worker")})
+        if not bad:
+            return None
+        restarts = workers.get("restarts") or 0
+        extra = (f"; {restarts} worker restart{'s' if restarts != 1 else ''}"
+                 if restarts else "")
+        return (*_who(slots, bad), extra)
+    procs = lanes or int(workers.get("processes") or 0)
+    bad_procs = len({f.get("pid") for f in failing if f.get("pid") is not None})
+    if not (procs and bad_procs):
+        return None
+    return (*_who(procs, bad_procs, "worker process"), "")
 
 
 def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str, Any]],
@@ -245,7 +272,7 @@ def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str
                                                 "label": f"crash ({sig}): {rec.get('nodeid')}"})
     offset = _mono_to_wall(events)
     for x in xids:
-        pid = x.get("pid")
+        pid = x.get("pid") if x.get("pid") in workers else x.get("worker_pid")
         if pid not in workers:
             continue  # an Xid of another process: listed in the table, not on a lane
         t = _xid_wall_time(x, offset)
@@ -303,6 +330,8 @@ def _decode_xid(x: Mapping[str, Any], mapping: Sequence[Mapping[str, Any]]) -> d
             "client": mmu.get("client"), "access_type": mmu.get("access_type"),
             "fault_type": mmu.get("fault_type"), "message": x.get("message"),
             "verdict": (verdict or {}).get("verdict"),
+            # "child pid N (name) of worker gwK ...": an Xid from a process a test started
+            "attribution": x.get("attribution"),
             "allocation": ({"address": alloc.get("address"), "size": alloc.get("size"),
                             "nodeid": alloc.get("nodeid"), "source": alloc.get("source"),
                             "freed": alloc.get("freed")} if alloc else None),
@@ -376,7 +405,10 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                 else dict(f) for f in summary.get("failures") or []]
     lanes, order = _lanes(events, controller, xids)
     runs = int(summary.get("tests_run") or sum(len(v) for v in order.values()))
-    failing = [f for f in failures if f.get("outcome") != "collateral"]
+    # collateral runs say nothing of their test; lost ones never ran (said apart below)
+    failing = [f for f in failures if f.get("outcome") not in ("collateral", "lost")]
+    lost = len(failures) - len(failing) - sum(1 for f in failures
+                                              if f.get("outcome") == "collateral")
     nfail = len(failing)
     lo, hi = wilson_interval(nfail, runs) if runs else (0.0, 1.0)
     # which test in its worker's life each failure was: the "on its first or second test" fact
@@ -387,18 +419,23 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                 positions.append(i)
                 break
     outcomes = _count(f.get("outcome") for f in failing)
-    procs = len(lanes) or int((summary.get("workers") or {}).get("processes") or 0)
-    bad_procs = len({f.get("pid") for f in failing if f.get("pid") is not None})
     # "crashes" only when every failing run took its worker down; otherwise the plain "fails"
     verb = "crashes" if outcomes and set(outcomes) == {"crashed"} else ("hangs" if outcomes and set(outcomes) == {"hung"} else "fails")
     rate_text = f"{nfail} of {runs} runs failed, 95% interval {_pct(lo)}-{_pct(hi)}" if runs else "no test ran"
-    if bad_procs and procs:
-        who, plural = _who(procs, bad_procs)
+    who = _workers_failing(summary, failing, len(lanes))
+    if who is not None:
         kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items()))
-        headline = (f"{verb} {who}{_position_text(positions, plural)} ({kinds}); "
-                    f"{nfail} of {runs} runs, 95% interval {_pct(lo)}-{_pct(hi)}")
+        headline = (f"{verb} {who[0]}{_position_text(positions, who[1])} ({kinds}); "
+                    f"{nfail} of {runs} runs, 95% interval {_pct(lo)}-{_pct(hi)}{who[2]}")
     else:
         headline = rate_text
+    if lost:
+        headline += (f"; {lost} test{'s' if lost != 1 else ''} lost (worker died before "
+                     f"{'they' if lost != 1 else 'it'} started)")
+    errors = summary.get("collection_errors") or []
+    if errors:
+        headline += (f"; {len(errors)} module{'s' if len(errors) != 1 else ''} failed to "
+                     "import (their tests never ran)")
     decoded = [_decode_xid(x, mapping) for x in (summary.get("xids") or xids)]
     hangs = []
     for rec in events:
@@ -449,7 +486,9 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         next_steps=tuple(next_steps(summary, decoded, sanitizer, failures, run_id)),
         lanes=tuple(lanes), t_range=(min(ts), max(ts)) if ts else None,
         notes=tuple(redact_text(n) for n in [*notes, *(w for w in summary.get("warnings") or []
-                                                       if isinstance(w, str))]),
+                                                       if isinstance(w, str)),
+                                             *(n for n in summary.get("notes") or []
+                                               if isinstance(n, str))]),
         simulated=_simulated(run),
         sanitizer_outcomes=tuple(dict(o) for o in (sanitizer or {}).get("outcomes") or [] if isinstance(o, Mapping)))
 
