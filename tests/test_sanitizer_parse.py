@@ -431,6 +431,18 @@ def test_iter_lines_splits_like_decode_then_splitlines(data, cuts):
     assert list(iter_lines(chunks)) == data.decode("utf-8", "replace").splitlines()
 
 
+@settings(max_examples=300, deadline=None)
+@given(_BYTES, st.lists(st.integers(1, 7), min_size=1, max_size=20), st.integers(1, 6))
+def test_iter_lines_cuts_long_lines_and_skips_their_rest(data, cuts, max_line):
+    chunks, pos, i = [], 0, 0
+    while pos < len(data):
+        step = cuts[i % len(cuts)]
+        chunks.append(data[pos:pos + step])
+        pos, i = pos + step, i + 1
+    want = [line[:max_line] for line in data.decode("utf-8", "replace").splitlines()]
+    assert list(iter_lines(chunks, max_line=max_line)) == want
+
+
 @pytest.mark.parametrize("name", ["san_memcheck_uaf.txt", "san_racecheck_shared.txt", "san_memcheck_prefix.txt",
                                   "san_numba.txt", "xmlrun_memcheck_streamrace.txt"])
 def test_streamed_records_equal_the_whole_text_parse(name):

@@ -766,6 +766,8 @@ def iter_records(lines: Iterable[str], *, prefix: str | None = None,
 #: characters that end a line for str.splitlines
 _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 _FIRST_BREAK = re.compile("[" + _LINE_BREAKS + "]")
+#: the same characters in UTF-8: chunks of an over-long line without any are skipped undecoded
+_BREAK_BYTES = re.compile(rb"[\n\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]")
 
 
 def iter_lines(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator[str]:
@@ -774,11 +776,20 @@ def iter_lines(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator
     Memory is one chunk plus one line: a line longer than ``max_line`` characters is cut there and
     the rest of it skipped (a 1 GB file without a newline is one cut line).
     """
-    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    decoder = codecs.getincrementaldecoder("utf-8")
+    decode = decoder("replace").decode
     carry = ""
     skipping = False
+    tail = b""  # while skipping: the last bytes seen, where a break may have begun
     after_cr = False
     for chunk in chunks:
+        if skipping:
+            probe = tail + chunk
+            if _BREAK_BYTES.search(probe) is None:
+                tail = probe[-2:]
+                continue
+            # what precedes the break is dropped anyway, so decoding can start afresh here
+            decode, chunk = decoder("replace").decode, probe
         text = decode(chunk)
         if not text:
             continue
@@ -792,8 +803,9 @@ def iter_lines(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator
             skipping = False
             after_cr = text[m.start()] == "\r"
             text = text[m.end():]
-            if after_cr and text.startswith("\n"):
-                text, after_cr = text[1:], False
+            if after_cr and text:
+                after_cr = False
+                text = text[1:] if text[0] == "\n" else text
         text = carry + text
         lines = text.splitlines()
         if text and text[-1] in _LINE_BREAKS:
@@ -805,7 +817,8 @@ def iter_lines(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator
             yield line[:max_line] if len(line) > max_line else line
         if len(carry) > max_line:
             yield carry[:max_line]
-            carry, skipping = "", True
+            # a break may have begun in this chunk's last bytes (a 3-byte U+2028 cut in two)
+            carry, skipping, tail = "", True, chunk[-2:]
     text = carry + decode(b"", True)
     if after_cr and text.startswith("\n"):
         text = text[1:]
