@@ -26,7 +26,6 @@ Inputs, generated:
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import subprocess
@@ -143,12 +142,21 @@ def make_mixed_log(path: Path, n_records: int, seed: int = 5) -> int:
     return written
 
 
+#: runs a command and prints its peak RSS in KiB: started from this small process, the child's
+#: ru_maxrss is its own (a child forked straight from the bench would count the bench's pages)
+_RSS_PROBE = r"""
+import resource, subprocess, sys
+with open(sys.argv[1], "wb") as out:
+    subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.DEVNULL, check=False)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
 def peak_rss_mib(argv: list[str], out: Path) -> float:
     """Peak resident memory of one run of ``argv`` (its stdout into ``out``), in MiB."""
-    with open(out, "wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.DEVNULL)
-        _, _, usage = os.wait4(proc.pid, 0)
-    return usage.ru_maxrss / 1024
+    probe = subprocess.run([sys.executable, "-c", _RSS_PROBE, str(out), *argv], check=True,
+                           stdout=subprocess.PIPE, text=True)
+    return int(probe.stdout) / 1024
 
 
 def _ours(log: Path) -> list[str]:
