@@ -4,8 +4,8 @@ Two sources of input: any text hypothesis makes (lone surrogates included: ``par
 UnicodeEncodeError on 6,778 of 110,000 such inputs), and real H200 captures mutated by a byte
 string hypothesis makes (tokens such as 5,000-digit numbers, surrogates, markup and prefixes
 spliced in, spans cut and repeated), which reach the parsers' deep paths that random text never
-does. The quick tests run in every suite; the slow one runs 100,000 examples (``-m slow``; about
-1.5 minutes on the busy 2-core development machine, 1 ms an example).
+does. The quick tests run in every suite; the slow one runs 100,000 examples (``-m slow``; 0.75 ms
+of CPU an example on the busy 2-core development machine, about 75 s).
 """
 
 from __future__ import annotations
@@ -21,11 +21,24 @@ from faulthunt.records.sanitizer import KINDS
 from faulthunt.sanitizer import parse_text_log, parse_xml
 from faulthunt.sanitizer.reduce import reduce_records
 
-H200 = Path(__file__).parent / "data" / "h200"
-TEXT = (H200 / "san_memcheck_oob1.txt").read_text() + (H200 / "san_racecheck_shared.txt").read_text()[:1500]
-#: the first record of the real file, closed (small: each example parses it once)
-_XML = (H200 / "xml_memcheck_oob1.xml").read_text()
-XML = _XML[: _XML.index("</record>") + len("</record>")] + "</ComputeSanitizerOutput>"
+DATA = Path(__file__).parent / "data"
+H200 = DATA / "h200"
+OLD = DATA / "sanitizer" / "text"
+#: real logs of every tool and era, cut short (each example parses one, mutated)
+TEXTS = [(H200 / "san_memcheck_oob1.txt").read_text(), (H200 / "san_racecheck_shared.txt").read_text()[:1500],
+         (H200 / "san_synccheck_div.txt").read_text()[:1200], (H200 / "san_numba.txt").read_text()[:2000],
+         (OLD / "docs_2026_4_samples.txt").read_text(), (OLD / "legacy_cuda_memcheck.txt").read_text(),
+         (OLD / "cs2022_two_line_frames.txt").read_text(), (OLD / "ci_timestamped_oob1.txt").read_text()]
+
+
+def _first_record(name: str) -> str:
+    xml = (H200 / name).read_text()
+    return xml[: xml.index("</record>") + len("</record>")] + "</ComputeSanitizerOutput>"
+
+
+#: the first record of real XML files, closed
+XMLS = [_first_record(n) for n in ("xml_memcheck_oob1.xml", "xml_racecheck_sharedrace.xml",
+                                   "xml_memcheck_leak.xml", "xml_memcheck_numba.xml")]
 
 #: every code point, lone surrogates included (hypothesis leaves them out by default)
 ANY_CHAR = st.characters(exclude_categories=())
@@ -56,29 +69,33 @@ def mutate(base: str, seed: bytes) -> str:
     return s
 
 
-def check_text(text: str, *, reduce: bool = True) -> None:
+def check_text(text: str, *, thorough: bool = True) -> None:
     log = parse_text_log(text)
     for r in log.records:
         assert r.kind in KINDS
         assert r.thread is None or len(r.thread) == 3
-        assert r.json_text() == json.dumps(r.to_json())
+        if thorough:
+            assert r.json_text() == json.dumps(r.to_json())
     json.dumps(log.to_json())
-    if reduce:
+    if thorough:
         for f in reduce_records(log.records):
             json.dumps(f.to_json())
 
 
-def check_xml(text: str) -> None:
+def check_xml(text: str, *, thorough: bool = True) -> None:
     for r in parse_xml(text):
-        assert r.json_text() == json.dumps(r.to_json())
+        assert r.kind
+        if thorough:
+            assert r.json_text() == json.dumps(r.to_json())
 
 
-def fuzz_once(text: str, seed: bytes, *, reduce: bool = True) -> None:
-    check_text(text, reduce=reduce)
-    check_text(mutate(TEXT, seed), reduce=reduce)
+def fuzz_once(text: str, seed: bytes, *, thorough: bool = True) -> None:
+    check_text(text, thorough=thorough)
+    pick = seed[0] if seed else 0
+    check_text(mutate(TEXTS[pick % len(TEXTS)], seed), thorough=thorough)
     if text.startswith("<"):
-        check_xml(text)
-    check_xml(mutate(XML, seed))
+        check_xml(text, thorough=thorough)
+    check_xml(mutate(XMLS[pick % len(XMLS)], seed), thorough=thorough)
 
 
 _QUICK = settings(max_examples=300, deadline=None)
@@ -95,7 +112,7 @@ def test_parsers_never_raise_quick(text, seed):
 def test_xml_with_lone_surrogates_quick(text, seed):
     check_xml("<ComputeSanitizerOutput><record><kind>Precise</kind><what><text>" + text
               + "</text></what></record></ComputeSanitizerOutput>")
-    check_xml(mutate(XML, b"\x02" + seed))
+    check_xml(mutate(XMLS[0], b"\x02" + seed))
 
 
 def utf16_text(data: bytes) -> str:
@@ -107,6 +124,8 @@ def utf16_text(data: bytes) -> str:
 @pytest.mark.slow
 @settings(max_examples=100_000, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
-@given(st.binary(max_size=200), st.binary(max_size=24))
-def test_parsers_never_raise_100k(raw, seed):
-    fuzz_once(utf16_text(raw), seed, reduce=False)
+@given(st.binary(max_size=224))
+def test_parsers_never_raise_100k(data):
+    # one byte string (cheaper for hypothesis than two): the edits, then the text; the parsers
+    # only (the quick tests check the JSON and the reduction of what they return)
+    fuzz_once(utf16_text(data[24:]), data[:24], thorough=False)

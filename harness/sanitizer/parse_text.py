@@ -805,6 +805,17 @@ def iter_lines(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator
     Memory is one chunk plus one line: a line longer than ``max_line`` characters is cut there and
     the rest of it skipped (a 1 GB file without a newline is one cut line).
     """
+    # a list of lines per chunk, flattened in C: no Python step per line
+    return itertools.chain.from_iterable(_line_batches(chunks, max_line))
+
+
+def _cut(lines: list[str], max_line: int) -> list[str]:
+    if lines and max(map(len, lines)) > max_line:
+        return [line[:max_line] for line in lines]
+    return lines
+
+
+def _line_batches(chunks: Iterable[bytes], max_line: int) -> Iterator[list[str]]:
     decoder = codecs.getincrementaldecoder("utf-8")
     decode = decoder("replace").decode
     carry = ""
@@ -842,17 +853,16 @@ def iter_lines(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator
             after_cr = text[-1] == "\r"
         else:
             carry = lines.pop() if lines else ""
-        for line in lines:
-            yield line[:max_line] if len(line) > max_line else line
+        yield _cut(lines, max_line)
         if len(carry) > max_line:
-            yield carry[:max_line]
+            yield [carry[:max_line]]
             # a break may have begun in this chunk's last bytes (a 3-byte U+2028 cut in two)
             carry, skipping, tail = "", True, chunk[-2:]
     text = carry + decode(b"", True)
     if after_cr and text.startswith("\n"):
         text = text[1:]
     if not skipping and text:
-        yield from (line[:max_line] for line in text.splitlines())
+        yield _cut(text.splitlines(), max_line)
 
 
 def parse_text_log(text: str, *, prefix: str | None = None, tool: str | None = None) -> ParsedLog:

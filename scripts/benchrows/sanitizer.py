@@ -17,7 +17,7 @@ Inputs, generated:
   spread over a few kernels and source lines, thread, block and address varied per record, API
   errors in between: what a 100,000-error memcheck run without ``--print-limit`` prints;
 - the adversarial log of issue 16: host frames padded with long runs of spaces (40 KB took the old
-  parser 40-47 s; this one is 8 MB);
+  parser 40-47 s, 4x per doubling; this one is 64 MB, so start-up is not most of either side);
 - a mixed-tools log like ``sanitizer/sanitizer.log``: real H200 captures of memcheck, racecheck,
   initcheck, synccheck and numba (Python host frames) repeated with their thread indices varied,
   each after a ``# faulthunt sanitize: test ...`` line;
@@ -190,7 +190,7 @@ def memcheck_100k(quick: bool = False) -> Row:
 
 
 def adversarial_spaces(quick: bool = False) -> Row:
-    size = 400_000 if quick else 8_000_000
+    size = 400_000 if quick else 64_000_000
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "spaces.log"
         text = make_adversarial_log(size)
