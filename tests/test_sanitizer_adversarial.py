@@ -309,3 +309,16 @@ def test_reducer_counts_past_the_bound():
     (f,) = red.findings()
     assert f.count == n and f.threads.exact and f.threads.distinct == 32
     assert not f.blocks.exact and f.blocks.hi == (n - 1, 0, 0)
+
+
+def test_json_output_of_long_records_streams_in_bounded_memory(tmp_path, capsys):
+    log = tmp_path / "spaces.log"
+    log.write_text(make_adversarial_log(8_000_000))  # 266 records of 40 KB host frames
+    tracemalloc.start()
+    try:
+        rc = main(["sanitize", "parse", str(log), "--json"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert rc == 0 and len(capsys.readouterr().out.splitlines()) == log.read_text().count("Invalid __global__")
+    assert peak < 24 * 2**20, peak

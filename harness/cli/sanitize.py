@@ -135,12 +135,15 @@ def _emit(records: Iterable[SanitizerRecord], args: argparse.Namespace) -> int:
     if args.json:
         out = sys.stdout
         batch: list[str] = []
+        size = 0
         for r in records:
-            batch.append(r.json_text())
-            if len(batch) >= 1024:
+            text = r.json_text()
+            batch.append(text)
+            size += len(text)
+            if size >= _CHUNK:  # written a megabyte at a time
                 batch.append("")
                 out.write("\n".join(batch))
-                batch = []
+                batch, size = [], 0
         if batch:
             batch.append("")
             out.write("\n".join(batch))

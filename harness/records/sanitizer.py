@@ -77,6 +77,8 @@ class Frame:
             return hit[1]
         text = (f'{{"func": {_js(self.func)}, "file": {_js(self.file)}, "line": {_ji(self.line)}, '
                 f'"module": {_js(self.module)}, "pc": {_ji(self.pc)}}}')
+        if len(text) > _JSON_KEEP:
+            return text
         if len(_FRAME_JSON) >= 4096:
             _FRAME_JSON.clear()
         _FRAME_JSON[id(self)] = (self, text)  # the frame is kept alive, so its id is not reused
@@ -84,6 +86,8 @@ class Frame:
 
 
 _FRAME_JSON: dict[int, tuple[Frame, str]] = {}
+#: remembered JSON texts are at most this long (a hostile log's 64 KB frames are not kept)
+_JSON_KEEP = 16384
 
 
 def _js(value: str | None) -> str:
@@ -106,6 +110,8 @@ def _jframes(frames: tuple[Frame, ...]) -> str:
     if hit is not None and hit[0] is frames:
         return hit[1]
     text = "[" + ", ".join([f.json_text() for f in frames]) + "]"
+    if len(text) > _JSON_KEEP:
+        return text
     if len(_STACK_JSON) >= 4096:
         _STACK_JSON.clear()
     _STACK_JSON[id(frames)] = (frames, text)
@@ -226,17 +232,21 @@ class SanitizerRecord:
               self.space, self.size, self.problem)
         seg1 = _SEG1.get(k1)
         if seg1 is None:
-            if len(_SEG1) > 4096:
-                _SEG1.clear()
-            seg1 = _SEG1[k1] = _seg1(self)
+            seg1 = _seg1(self)
+            if len(seg1[0]) <= _JSON_KEEP:
+                if len(_SEG1) > 4096:
+                    _SEG1.clear()
+                _SEG1[k1] = seg1
         df, hf = self.device_frames, self.host_frames
         k2 = (self.message, self.api, self.error, self.error_code, self.severity, self.hazard,
               self.race_other, self.hazards, id(df), id(hf), self.host_stack_at, self.extra)
         seg2 = _SEG2.get(k2)
         if seg2 is None or seg2[0] is not df or seg2[1] is not hf:
-            if len(_SEG2) > 4096:
-                _SEG2.clear()
-            seg2 = _SEG2[k2] = (df, hf) + _seg2(self)
+            seg2 = (df, hf) + _seg2(self)
+            if len(seg2[3]) <= _JSON_KEEP:
+                if len(_SEG2) > 4096:
+                    _SEG2.clear()
+                _SEG2[k2] = seg2
         ab, ad, t, b = self.alloc_base, self.address, self.thread, self.block
         # (ints format as json.dumps writes them: int.__repr__)
         near = "null" if ab is None else (

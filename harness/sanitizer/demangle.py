@@ -26,7 +26,7 @@ MAX_MANGLED = 8192
 
 #: mangled name -> demangled (bounded: cleared when full)
 _CACHE: dict[str, str] = {}
-_CACHE_MAX = 4096
+_CACHE_MAX = 1024
 
 
 def is_mangled(name: str) -> bool:

@@ -46,17 +46,20 @@ from faulthunt.sanitizer.frames import parse_device_frame, parse_host_frame, par
 DEFAULT_PREFIX = "========="
 
 #: bounds that keep memory independent of the input's size (a 1 GB file of one line, a record of a
-#: million lines): longer lines are cut, further lines of a record are counted, not kept
-MAX_LINE = 1 << 20
+#: million lines): longer lines are cut (the longest real ones, C++ template kernel names, are a
+#: few KB), further lines of a record are counted, not kept
+MAX_LINE = 1 << 16
 MAX_RECORD_LINES = 1000
 MAX_NOTICES = 1000
 #: lines classified once and remembered (only short ones; cleared when full)
 _CACHE_MAX = 1 << 14
 _CACHE_LINE = 512
 #: records whose tool only the whole log tells (hardware exceptions) wait for it, up to this many
-#: records or lines
+#: records or characters
 _PENDING_MAX = 256
-_PENDING_LINES = 4096
+_PENDING_CHARS = 1 << 24
+#: remembered objects (stacks, kernel names) larger than this are not remembered
+_CACHE_CHARS = 4096
 
 #: a GitHub Actions style timestamp that CI logs put before every line
 _CI_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z? ")
@@ -481,6 +484,8 @@ def _shared(frames: list[Frame]) -> tuple[Frame, ...]:
     key = id(frames[0]) if len(frames) == 1 else tuple(map(id, frames))
     stack = _STACKS.get(key)  # type: ignore[call-overload]
     if stack is None:
+        if sum(len(f.func or "") + len(f.file or "") + len(f.module or "") for f in frames) > _CACHE_CHARS * 4:
+            return tuple(frames)  # frames of long lines are not shared: not worth holding on to
         if len(_STACKS) >= _CACHE_MAX:
             _STACKS.clear()
         # the tuple holds its frames, so their ids cannot be reused while the entry lives
@@ -495,9 +500,11 @@ def _kernel_of(function: str | None) -> str | None:
     """The kernel a device function belongs to, from its ``[clone kernel(...)]`` tag (cached)."""
     k = _CLONE_PARENT.get(function, _CLONE_PARENT)
     if k is _CLONE_PARENT:
-        if len(_CLONE_PARENT) > _CACHE_MAX:
-            _CLONE_PARENT.clear()
-        k = _CLONE_PARENT[function] = clone_parent(function) or function
+        k = clone_parent(function) or function
+        if function is None or len(function) <= _CACHE_CHARS:
+            if len(_CLONE_PARENT) > _CACHE_MAX:
+                _CLONE_PARENT.clear()
+            _CLONE_PARENT[function] = k
     return k  # type: ignore[return-value]
 
 
@@ -527,7 +534,7 @@ class TextLogParser:
         self.truncated = False
         self._votes: dict[str, int] = {}
         self._pending: list[tuple[dict[str, Any], str | None]] = []
-        self._pending_lines = 0
+        self._pending_chars = 0
         self._ready: list[SanitizerRecord] = []
         self._cache: dict[str, tuple] = {}
 
@@ -728,8 +735,8 @@ class TextLogParser:
         if self._pending or (self.tool is None and hint is None):
             # in file order: behind a record that waits for the log's tool, every record waits
             self._pending.append((f, hint))
-            self._pending_lines += len(f["lines"])
-            if len(self._pending) >= _PENDING_MAX or self._pending_lines >= _PENDING_LINES:
+            self._pending_chars += sum(map(len, f["lines"]))
+            if len(self._pending) >= _PENDING_MAX or self._pending_chars >= _PENDING_CHARS:
                 self._flush(self._log_tool())
             return None
         f["tool"] = self.tool or hint
@@ -741,7 +748,7 @@ class TextLogParser:
             f["tool"] = self.tool or hint or log_tool
             self._ready.append(SanitizerRecord.from_fields(f))
         self._pending = []
-        self._pending_lines = 0
+        self._pending_chars = 0
 
     def _take_ready(self) -> list[SanitizerRecord]:
         ready, self._ready = self._ready, []

@@ -98,7 +98,7 @@ def make_log(path: Path, n_records: int, seed: int = 4) -> int:
     return len(text)
 
 
-def make_adversarial_log(n_bytes: int, run: int = 40_000) -> str:
+def make_adversarial_log(n_bytes: int, run: int = 20_000) -> str:
     """Issue 16's input: records whose host frames hold runs of ``run`` spaces, ``n_bytes`` long."""
     spaces = " " * run
     record = ["========= Invalid __global__ write of size 4 bytes",
@@ -196,7 +196,7 @@ def adversarial_spaces(quick: bool = False) -> Row:
         text = make_adversarial_log(size)
         log.write_text(text)
         n = text.count("========= Invalid")
-        return _row("sanitize parse --json, host frames with 40 KB space runs (issue 16)", log, n,
+        return _row("sanitize parse --json, host frames with 20,000-space runs (issue 16)", log, n,
                     Path(tmp), repeat=2 if quick else 5, goal="linear: <= 3x the split baseline",
                     goal_ratio=3.0, extra="; the parser before issue 16 took 40-47 s on 40 KB of it")
 
