@@ -98,10 +98,6 @@ def _ji(value: int | None) -> str:
     return "null" if value is None else int.__repr__(value)
 
 
-def _jdim(value: tuple[int, int, int] | None) -> str:
-    return "null" if value is None else f"[{int.__repr__(value[0])}, {int.__repr__(value[1])}, {int.__repr__(value[2])}]"
-
-
 def _jframes(frames: tuple[Frame, ...]) -> str:
     """The JSON list of a stack, remembered per tuple (parsers share one tuple per distinct stack)."""
     if not frames:

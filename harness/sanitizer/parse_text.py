@@ -114,7 +114,8 @@ _S_APP_FAILED = "Target application returned an error"
 # --- details (indented lines inside a record) ----------------------------------------------------
 _D_WHO = re.compile(rf"^by thread {_DIM} in block {_DIM}")
 #: the same line as compute-sanitizer prints it (no spaces in the parentheses), read in one step
-_D_WHO_PLAIN = re.compile(r"by thread \((\d{1,20}),(\d{1,20}),(\d{1,20})\) in block \((\d{1,20}),(\d{1,20}),(\d{1,20})\)")
+_D_WHO_PLAIN = re.compile(r"by thread \((\d{1,20}),(\d{1,20}),(\d{1,20})\) "
+                          r"in block \((\d{1,20}),(\d{1,20}),(\d{1,20})\)")
 _D_ADDR = re.compile(rf"^(?:Address|Access at|Access to) {_HEX}")
 _D_NEAR = re.compile(
     rf"^and is (?:(?P<dist>{_NUM}) bytes? (?P<rel>after|before)|(?P<inside>inside)) the nearest "

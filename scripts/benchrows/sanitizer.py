@@ -9,7 +9,8 @@ it understands nothing in the records. ``wc -l`` (the old baseline) reads the fi
 nothing, so it measured only how far Python is from C; ``grep -c`` to /dev/null stops at the first
 match. For the sparse file, where there is nothing to split, the baseline is ``wc -l FILE``
 written to a file: it reads every byte looking for line breaks, as ours does (``grep`` skips a
-sparse file's holes and reads nothing). Pairs alternate which side goes first (``benchrows.paired``); every sample is kept.
+sparse file's holes and reads nothing). Pairs alternate which side goes first (``benchrows.paired``);
+every sample is kept.
 
 Inputs, generated:
 - a 100,000-record memcheck log (49 MB) from the real H200 record of
@@ -169,7 +170,8 @@ def _row(title: str, log: Path, n_records: int, tmp: Path, repeat: int, goal: st
     ours = command(_ours(log), out=out_ours)
     base = command([sys.executable, "-c", SPLIT_BASELINE, str(log)], out=out_base)
     ours_t, base_t = paired(ours, base, repeat=repeat)
-    lines = sum(1 for _ in open(out_ours, "rb"))
+    with open(out_ours, "rb") as fh:
+        lines = sum(1 for _ in fh)
     peak = peak_rss_mib(_ours(log), out_ours)
     size = log.stat().st_size
     per = f"{ours_t.median / n_records * 1e6:.1f} us/record, " if n_records else ""
