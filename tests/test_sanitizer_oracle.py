@@ -129,7 +129,7 @@ FRAME_TOKENS = ["in ", " in ", " ", "  ", "\t", ":", ":12", "1", "0x", "0x1f", "
                 "é", "\u00a0", "in", "f.cu:3"]
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.lists(st.sampled_from(FRAME_TOKENS), min_size=1, max_size=14))
 def test_frames_and_locations_read_as_with_the_old_expressions(tokens):
     text = "".join(tokens)
