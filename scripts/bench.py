@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchrows import Row, format_table  # noqa: E402
 
 #: Order of the table; modules not listed here come after, by name.
-ORDER = ["kernlog", "stress", "sanitizer", "mapper", "ledger"]
+ORDER = ["cli", "kernlog", "stress", "plugin", "rundir", "sanitizer", "sanitize_rerun", "mapper", "ledger", "guard"]
 
 
 def discover() -> list[str]:

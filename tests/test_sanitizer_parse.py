@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from faulthunt.records.sanitizer import KINDS
 from faulthunt.sanitizer import parse_text, parse_text_log, parse_xml
-from faulthunt.sanitizer.parse_text import parse_device_frame, parse_host_frame, parse_location
+from faulthunt.sanitizer.parse_text import (
+    TextLogParser, iter_lines, parse_device_frame, parse_host_frame, parse_location,
+)
 from faulthunt.sanitizer.parse_xml import parse_xml_stream
 
 H200 = Path(__file__).parent / "data" / "h200"
@@ -400,6 +402,7 @@ def test_parse_text_never_raises_on_shuffled_real_lines(lines):
 @given(st.binary(max_size=400))
 def test_parse_xml_never_raises_on_bytes(data):
     parse_xml(data.decode("utf-8", "replace"))
+    parse_xml(data.decode("utf-8", "surrogateescape"))  # lone surrogates (issue 18)
 
 
 @settings(max_examples=100, deadline=None)
@@ -408,3 +411,56 @@ def test_xml_cut_anywhere(cut):
     text = read(H200 / "xml_memcheck_oob1.xml")
     recs = parse_xml(text[:cut])
     assert len(recs) <= 2
+
+
+# --- streaming ----------------------------------------------------------------------------------
+
+_BYTES = st.lists(st.sampled_from([b"a", b"=========", b" ", b"\n", b"\r", b"\r\n", b"\x0b", b"\x1c",
+                                   "\u2028".encode(), "\x85".encode(), "é".encode(), b"\xe2\x80", b"\xa8",
+                                   b"\xff", b"\xc3", b"\x00"]), max_size=60).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_BYTES, st.lists(st.integers(1, 7), min_size=1, max_size=20))
+def test_iter_lines_splits_like_decode_then_splitlines(data, cuts):
+    chunks, pos, i = [], 0, 0
+    while pos < len(data):
+        step = cuts[i % len(cuts)]
+        chunks.append(data[pos:pos + step])
+        pos, i = pos + step, i + 1
+    assert list(iter_lines(chunks)) == data.decode("utf-8", "replace").splitlines()
+
+
+@settings(max_examples=300, deadline=None)
+@given(_BYTES, st.lists(st.integers(1, 7), min_size=1, max_size=20), st.integers(1, 6))
+def test_iter_lines_cuts_long_lines_and_skips_their_rest(data, cuts, max_line):
+    chunks, pos, i = [], 0, 0
+    while pos < len(data):
+        step = cuts[i % len(cuts)]
+        chunks.append(data[pos:pos + step])
+        pos, i = pos + step, i + 1
+    want = [line[:max_line] for line in data.decode("utf-8", "replace").splitlines()]
+    assert list(iter_lines(chunks, max_line=max_line)) == want
+
+
+@pytest.mark.parametrize("name", ["san_memcheck_uaf.txt", "san_racecheck_shared.txt", "san_memcheck_prefix.txt",
+                                  "san_numba.txt", "xmlrun_memcheck_streamrace.txt"])
+def test_streamed_records_equal_the_whole_text_parse(name):
+    data = (H200 / name).read_bytes()
+    whole = parse_text_log(data.decode("utf-8", "replace"))
+    parser = TextLogParser()
+    streamed = list(parser.records(iter_lines(data[i:i + 100] for i in range(0, len(data), 100))))
+    assert streamed == list(whole.records)
+    assert parser.summary(tuple(streamed)) == whole
+
+
+def test_parse_from_stdin(monkeypatch, capsys):
+    import io
+    import sys
+
+    from faulthunt.cli import main
+
+    data = (H200 / "san_memcheck_oob1.txt").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert main(["sanitize", "parse", "-", "--json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2

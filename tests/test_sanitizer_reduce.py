@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +16,9 @@ from faulthunt.sanitizer import parse_text, parse_xml, reduce_records
 from faulthunt.sanitizer import demangle as dm
 from faulthunt.sanitizer.render import render_headline, render_summary, render_table
 
-H200 = Path(__file__).parent / "data" / "h200"
-OLD = Path(__file__).parent / "data" / "sanitizer" / "text"
+DATA = Path(__file__).parent / "data"
+H200 = DATA / "h200"
+OLD = DATA / "sanitizer" / "text"
 
 
 def findings_of(name: str):
@@ -143,35 +147,78 @@ def test_short_names(name, short):
 
 
 @pytest.mark.parametrize("mangled,full", [
-    ("_Z21max_reduce_off_by_onePKfPfi", "max_reduce_off_by_one(const float *, float *, int)"),
-    ("_Z10wild_writePix", "wild_write(int *, long long)"),
-    ("_Z6kernelIfEvPT_i", "kernel<float>(float *, int)"),
+    ("_Z21max_reduce_off_by_onePKfPfi", "max_reduce_off_by_one(float const*, float*, int)"),
+    ("_Z10wild_writePix", "wild_write(int*, long long)"),
+    ("_Z6kernelIfEvPT_i", "void kernel<float>(float*, int)"),
     ("_ZN2ns3fooEv", "ns::foo()"),
+    ("__device_stub__Z5scalePfif", "scale(float*, int, float)"),
     (NUMBA_MANGLED, "__main__::max_reduce[abi:v1][abi:cw51](Array<float, 1, C, mutable, aligned>, "
                     "Array<float, 1, C, mutable, aligned>)"),
-    ("_Znot_really", "_Znot_really"),
+    ("_Znot_really", "_Znot_really"),   # not a valid mangled name: shown as printed
+    ("plain", "plain"),
 ])
-def test_fallback_demangler(mangled, full):
-    assert dm.fallback_demangle(mangled) == full
+def test_demangle(mangled, full):
+    assert dm.demangle(mangled) == full
+
+
+def _captured_mangled_names() -> list[str]:
+    names: set[str] = set()
+    rx = re.compile(r"(?:__device_stub_|\b)_Z[A-Za-z0-9_$.]+")
+    for path in DATA.rglob("*"):
+        if path.suffix in (".txt", ".log", ".xml", ".json", ".jsonl") and path.is_file():
+            names.update(rx.findall(path.read_text(errors="replace")))
+    return sorted(names)
 
 
 @pytest.mark.skipif(shutil.which("c++filt") is None, reason="binutils c++filt is not installed")
-def test_cxxfilt_batch_and_device_stub():
-    got = dm.demangle_many(["_Z21max_reduce_off_by_onePKfPfi", "__device_stub__Z5scalePfif", "plain"])
-    assert got["_Z21max_reduce_off_by_onePKfPfi"] == "max_reduce_off_by_one(float const*, float*, int)"
-    assert got["__device_stub__Z5scalePfif"] == "scale(float*, int, float)"
-    assert got["plain"] == "plain"
+def test_demangled_names_are_what_cxxfilt_prints():
+    names = _captured_mangled_names()
+    assert len(names) > 20
+    stubs = ["_" + n[len("__device_stub__"):] if n.startswith("__device_stub__") else n for n in names]
+    proc = subprocess.run(["c++filt"], input="\n".join(stubs) + "\n", capture_output=True, text=True, check=True)
+    assert [dm.demangle(n) for n in names] == proc.stdout.splitlines()
 
 
-def test_without_cxxfilt_the_fallback_is_used(monkeypatch):
-    monkeypatch.setattr(dm, "_cxxfilt", lambda: None)
+@pytest.fixture
+def fresh_library(monkeypatch):
     monkeypatch.setattr(dm, "_CACHE", {})
-    assert dm.demangle("_Z5scalePfif") == "scale(float *, int, float)"
+    for attr, value in (("module", None), ("tried", False), ("broken", None), ("said", False)):
+        monkeypatch.setattr(dm._Library, attr, value)
+    return dm._Library
+
+
+def test_without_the_library_names_stay_mangled_and_it_is_said_once(fresh_library, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "cxxfilt", None)  # import cxxfilt -> ImportError
+    assert dm.demangle("_Z5scalePfif") == "_Z5scalePfif"
+    assert dm.short_name("_Z5scalePfif") == "_Z5scalePfif"
+    assert dm.demangle_many(["_Z3foov", "plain"]) == {"_Z3foov": "_Z3foov", "plain": "plain"}
+    err = capsys.readouterr().err
+    assert err.count("C++ kernel names stay mangled") == 1 and "pip install cxxfilt" in err
+
+
+def test_a_failing_library_is_said_once_and_not_called_again(fresh_library, monkeypatch, capsys):
+    calls = []
+
+    class Broken:
+        class InvalidName(Exception):
+            pass
+
+        @staticmethod
+        def demangle(name):
+            calls.append(name)
+            raise RuntimeError("libstdc++ not loadable")
+
+    fresh_library.tried, fresh_library.module = True, Broken
+    assert dm.demangle("_Z5scalePfif") == "_Z5scalePfif"
+    assert dm.demangle("_Z3foov") == "_Z3foov"
+    assert calls == ["_Z5scalePfif"]
+    assert capsys.readouterr().err.count("libstdc++'s demangler failed") == 1
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(max_size=60))
+@given(st.text(st.characters(exclude_categories=()), max_size=60))
 def test_demangling_never_raises(text):
-    dm.fallback_demangle("_Z" + text)
+    dm.demangle("_Z" + text)
     dm.short_name(text)
+    dm.short_name("_Z" + text)
     dm.strip_params(text)

@@ -7,16 +7,18 @@ result with :mod:`faulthunt.report.sanitize`, and decides the exit status (:func
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from faulthunt.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
+    from faulthunt.records.sanitizer import SanitizerRecord
     from faulthunt.sanitizer.run import SanitizeResult
 
 HELP = "rerun a run's failing tests under compute-sanitizer and reduce its output to the offending kernels"
@@ -82,45 +84,100 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the tool that made the log, when it cannot be told from the records")
 
 
-def _parse(args: argparse.Namespace) -> int:
-    from faulthunt.errors import InputError
-    from faulthunt.sanitizer.parse_text import parse_text_log
-    from faulthunt.sanitizer.parse_xml import looks_like_xml, parse_xml_stream
-    from faulthunt.sanitizer.reduce import reduce_records
-    from faulthunt.sanitizer.render import print_table, render_headline
+#: bytes read at a time: ``sanitize parse`` streams, so its memory does not grow with the file
+_CHUNK = 1 << 20
 
-    if str(args.path) == "-":
-        data = sys.stdin.buffer.read()
-    else:
+
+def _chunks(stream: BinaryIO) -> Iterator[bytes]:
+    while True:
+        chunk = stream.read(_CHUNK)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _head(chunks: Iterator[bytes]) -> bytes:
+    """The first bytes: enough to tell XML from text (512 characters past leading blanks) and binary."""
+    head = b""
+    for chunk in chunks:
+        head += chunk
+        if len(head.lstrip(b"\xef\xbb\xbf \t\r\n")) >= 2048 or len(head) >= 4 * _CHUNK:
+            break
+    return head
+
+
+def _decoded(chunks: Iterable[bytes]) -> Iterator[str]:
+    """UTF-8 text of a byte stream, invalid bytes replaced (as ``bytes.decode(errors="replace")``)."""
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    for chunk in chunks:
+        yield decode(chunk)
+    yield decode(b"", True)
+
+
+def _parse(args: argparse.Namespace) -> int:
+    import itertools
+
+    from faulthunt.errors import InputError
+    from faulthunt.sanitizer.parse_text import TextLogParser, iter_lines
+    from faulthunt.sanitizer.parse_xml import XmlParser, looks_like_xml
+
+    try:
+        stream = sys.stdin.buffer if str(args.path) == "-" else open(args.path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise InputError(f"cannot read {args.path}: {exc.strerror}",
+                         fix="check the path and its permissions") from exc
+    with stream:
+        chunks = _chunks(stream)
         try:
-            data = args.path.read_bytes()
+            head = _head(chunks)
         except OSError as exc:
             raise InputError(f"cannot read {args.path}: {exc.strerror}",
                              fix="check the path and its permissions") from exc
-    text = data.decode("utf-8", "replace")
-    if looks_like_xml(text):
-        records, intact = parse_xml_stream(text)
-        if args.as_tool:
-            import dataclasses
-            records = [dataclasses.replace(r, tool=args.as_tool) for r in records]
-        if not intact:
-            print(f"faulthunt sanitize parse: {args.path}: the XML ends early; "
-                  f"read {len(records)} complete record(s)", file=sys.stderr)
-    else:
-        parsed = parse_text_log(text, prefix=args.prefix, tool=args.as_tool)
-        records = list(parsed.records)
-        if not records and b"\x00" in data[:4096]:
-            print(f"faulthunt sanitize parse: {args.path} looks binary (a --save file without --xml?); "
-                  f"turn it into text with `compute-sanitizer --read {args.path}`", file=sys.stderr)
-        elif parsed.truncated:
-            print(f"faulthunt sanitize parse: {args.path}: the log ends inside a record "
-                  "(kept as far as it goes)", file=sys.stderr)
+        data = itertools.chain([head], chunks)
+        if looks_like_xml(head.decode("utf-8", "replace")):
+            xml = XmlParser()
+            records = xml.records(_decoded(data))
+            if args.as_tool:
+                import dataclasses
+                records = (dataclasses.replace(r, tool=args.as_tool) for r in records)
+            status = _emit(records, args)
+            if not xml.complete:
+                print(f"faulthunt sanitize parse: {args.path}: the XML ends early; "
+                      f"read {xml.count} complete record(s)", file=sys.stderr)
+            return status
+        text = TextLogParser(prefix=args.prefix, tool=args.as_tool)
+        status = _emit(text.records(iter_lines(data)), args)
+    if not text.count and b"\x00" in head[:4096]:
+        print(f"faulthunt sanitize parse: {args.path} looks binary (a --save file without --xml?); "
+              f"turn it into text with `compute-sanitizer --read {args.path}`", file=sys.stderr)
+    elif text.truncated:
+        print(f"faulthunt sanitize parse: {args.path}: the log ends inside a record "
+              "(kept as far as it goes)", file=sys.stderr)
+    return status
+
+
+def _emit(records: Iterable[SanitizerRecord], args: argparse.Namespace) -> int:
+    """JSON Lines of every record, or the findings table; the exit status."""
     if args.json:
         out = sys.stdout
+        batch: list[str] = []
+        size = 0
         for r in records:
-            out.write(json.dumps(r.to_json()) + "\n")
+            text = r.json_text()
+            batch.append(text)
+            size += len(text)
+            if size >= _CHUNK:  # written a megabyte at a time
+                batch.append("")
+                out.write("\n".join(batch))
+                batch, size = [], 0
+        if batch:
+            batch.append("")
+            out.write("\n".join(batch))
         return 0
-    findings = reduce_records(records)
+    from faulthunt.sanitizer.reduce import Reducer
+    from faulthunt.sanitizer.render import print_table, render_headline
+
+    findings = Reducer().add_all(records).findings()
     if not findings:
         print(f"{args.path}: no sanitizer error records")
         return 0

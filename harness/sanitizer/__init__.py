@@ -13,11 +13,23 @@
 - :mod:`.rerun_plugin` the pytest side of a rerun (its pid, a replayed sequence's order)
 """
 
-from faulthunt.records.sanitizer import Finding, SanitizerRecord
-from faulthunt.sanitizer.parse_text import parse_text, parse_text_log
-from faulthunt.sanitizer.parse_xml import parse_xml
-from faulthunt.sanitizer.reduce import reduce_records
-from faulthunt.sanitizer.run import SanitizeOptions, SanitizeResult, run_sanitize
+from typing import Any
 
-__all__ = ["run_sanitize", "SanitizeOptions", "SanitizeResult", "parse_text", "parse_text_log", "parse_xml",
-           "reduce_records", "Finding", "SanitizerRecord"]
+from faulthunt.records.sanitizer import Finding, SanitizerRecord
+from faulthunt.sanitizer.parse_text import iter_records, parse_text, parse_text_log
+from faulthunt.sanitizer.parse_xml import parse_xml
+from faulthunt.sanitizer.reduce import Reducer, reduce_records
+
+
+def __getattr__(name: str) -> Any:
+    # the rerun engine (subprocesses, the run directory) is imported when used: `sanitize parse`
+    # and the other pure users do not pay for it
+    if name in ("run_sanitize", "SanitizeOptions", "SanitizeResult"):
+        from faulthunt.sanitizer import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["run_sanitize", "SanitizeOptions", "SanitizeResult", "parse_text", "parse_text_log", "iter_records", "parse_xml",
+           "reduce_records", "Reducer", "Finding", "SanitizerRecord"]

@@ -3,8 +3,10 @@
 compute-sanitizer demangles by default (``--demangle full``), so most names arrive as
 ``max_reduce_off_by_one(const float *, float *, int)``; logs made with ``--demangle no``, legacy
 cuda-memcheck logs and host frames such as ``__device_stub__Z21max_reduce_off_by_onePKfPfi`` still
-carry mangled names. :func:`demangle_many` hands those to ``c++filt`` (binutils) in one batch when
-it is installed and falls back to a small demangler for the common cases otherwise.
+carry mangled names. :func:`demangle_many` demangles those in process with the ``cxxfilt`` package,
+which calls libstdc++'s own ``abi::__cxa_demangle`` (the code ``c++filt`` runs; libstdc++ is
+present wherever CUDA runs). Without the package or the library, names stay mangled and
+faulthunt says so once on stderr.
 
 numba-cuda kernels demangle to ``__main__::max_reduce[abi:v1,cw51c...](Array<float, (int)1, C,
 mutable, aligned>, ...)`` (seen on the H200 with numba-cuda 0.30.4; older numba prepended a
@@ -13,265 +15,97 @@ mutable, aligned>, ...)`` (seen on the H200 with numba-cuda 0.30.4; older numba 
 
 from __future__ import annotations
 
-import functools
 import re
-import shutil
-import subprocess
+import sys
 from collections.abc import Iterable
+from typing import Any
 
-_ABI_TAG = re.compile(r"\[abi:[^\]]*\]")
 _CLONE = re.compile(r"^\[clone (?P<parent>.+?)\]\s+(?P<func>.+)$")
-_MANGLED = re.compile(r"(?:__device_stub__)?_Z[A-Za-z0-9_$.]+")
+#: names longer than this are left as they are (no kernel name is; a bound on the C demangler's work)
+MAX_MANGLED = 8192
+
+#: mangled name -> demangled (bounded: cleared when full)
+_CACHE: dict[str, str] = {}
+_CACHE_MAX = 1024
 
 
 def is_mangled(name: str) -> bool:
     return name.startswith("_Z") or name.startswith("__device_stub__Z")
 
 
-@functools.lru_cache(maxsize=1)
-def _cxxfilt() -> str | None:
-    return shutil.which("c++filt")
+class _Library:
+    """The ``cxxfilt`` module once it has been imported and has worked; why not, otherwise."""
+
+    module: Any = None
+    tried = False
+    broken: str | None = None
+    said = False
+
+
+def _cxxfilt() -> Any:
+    """The ``cxxfilt`` module, imported on first use (it looks up libstdc++ when imported), or None."""
+    if not _Library.tried:
+        _Library.tried = True
+        try:
+            import cxxfilt
+            _Library.module = cxxfilt
+        except Exception as exc:  # ImportError, or an OSError while it loads libc/libstdc++
+            _Library.broken = f"the cxxfilt package cannot be used ({type(exc).__name__}: {exc})"
+    return None if _Library.broken else _Library.module
+
+
+def _say_once() -> None:
+    if not _Library.said:
+        _Library.said = True
+        print(f"faulthunt: C++ kernel names stay mangled: {_Library.broken}; "
+              "fix: pip install cxxfilt (it needs libstdc++, which CUDA already requires)", file=sys.stderr)
+
+
+def _demangle_one(name: str) -> str:
+    if len(name) > MAX_MANGLED or "\x00" in name:
+        return name
+    lib = _cxxfilt()
+    if lib is None:
+        _say_once()
+        return name
+    # nvcc's host stub of kernel _Z5scalePfif is __device_stub__Z5scalePfif
+    target = "_" + name[len("__device_stub__"):] if name.startswith("__device_stub__") else name
+    try:
+        return str(lib.demangle(target))
+    except (lib.InvalidName, UnicodeError):
+        return name  # not a mangled name after all: shown as printed, as c++filt does
+    except Exception as exc:  # LibraryNotFound, InternalError, a ctypes failure
+        _Library.broken = f"libstdc++'s demangler failed ({type(exc).__name__}: {exc})"
+        _say_once()
+        return name
 
 
 def demangle_many(names: Iterable[str]) -> dict[str, str]:
     """Demangle every mangled name in ``names``; returns ``{name: demangled}`` for all of them.
 
-    One ``c++filt`` process for the whole batch (the reduction of a 100,000-record log has a few
-    distinct names, not 100,000). Names that are not mangled map to themselves.
+    Names that are not mangled, or that do not demangle, map to themselves. The reduction of a
+    100,000-record log has a few distinct names, not 100,000; each is demangled once.
     """
     out: dict[str, str] = {}
-    todo: list[str] = []
     for name in names:
         if name in out:
             continue
-        if is_mangled(name):
-            cached = _CACHE.get(name)
-            if cached is not None:
-                out[name] = cached
-            else:
-                todo.append(name)
-                out[name] = name
-        else:
+        if not is_mangled(name):
             out[name] = name
-    if todo:
-        results = _run_cxxfilt(todo)
-        for name, result in zip(todo, results):
-            _CACHE[name] = result
-            out[name] = result
+            continue
+        cached = _CACHE.get(name)
+        if cached is None:
+            cached = _demangle_one(name)
+            if len(_CACHE) >= _CACHE_MAX:
+                _CACHE.clear()
+            _CACHE[name] = cached
+        out[name] = cached
     return out
 
 
-_CACHE: dict[str, str] = {}
-
-
-def _run_cxxfilt(names: list[str]) -> list[str]:
-    # nvcc's host stub of kernel _Z5scalePfif is __device_stub__Z5scalePfif
-    stubs = ["_" + n[len("__device_stub__"):] if n.startswith("__device_stub__") else n for n in names]
-    exe = _cxxfilt()
-    if exe is not None:
-        try:
-            proc = subprocess.run([exe], input="\n".join(stubs) + "\n", capture_output=True,
-                                  text=True, timeout=10, check=False)
-            lines = proc.stdout.splitlines()
-            if proc.returncode == 0 and len(lines) == len(stubs):
-                return lines
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return [fallback_demangle(s) for s in stubs]
-
-
 def demangle(name: str) -> str:
-    """Demangle one name (``c++filt`` when present, else :func:`fallback_demangle`)."""
+    """Demangle one name (unchanged when it is not mangled or cannot be demangled)."""
     return demangle_many([name])[name]
-
-
-# --- the fallback: enough of the Itanium ABI for kernel names ------------------------------------
-
-_BUILTIN = {
-    "v": "void", "w": "wchar_t", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char",
-    "s": "short", "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long",
-    "m": "unsigned long", "x": "long long", "y": "unsigned long long", "n": "__int128",
-    "o": "unsigned __int128", "f": "float", "d": "double", "e": "long double", "z": "...",
-    "Dh": "__half", "Dn": "decltype(nullptr)",
-}
-
-
-class _Fail(Exception):
-    pass
-
-
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.s = text
-        self.i = 0
-        self.subs: list[str] = []
-        self.targs: list[str] = []
-
-    def peek(self, n: int = 1) -> str:
-        return self.s[self.i:self.i + n]
-
-    def take(self, n: int = 1) -> str:
-        if self.i + n > len(self.s):
-            raise _Fail
-        out = self.s[self.i:self.i + n]
-        self.i += n
-        return out
-
-    def number(self) -> int:
-        m = re.match(r"\d+", self.s[self.i:])
-        if not m:
-            raise _Fail
-        self.i += len(m.group(0))
-        return int(m.group(0))
-
-    def source_name(self) -> str:
-        n = self.number()
-        name = self.take(n)
-        if name.startswith("_GLOBAL__N"):
-            name = "(anonymous namespace)"
-        return name
-
-    def abi_tags(self, name: str) -> str:
-        while self.peek() == "B":
-            self.take()
-            name += f"[abi:{self.source_name()}]"
-        return name
-
-    def template_args(self) -> str:
-        self.take()  # I
-        args = []
-        while self.peek() != "E":
-            if not self.peek():
-                raise _Fail
-            if self.peek() == "L":
-                self.take()
-                typ = self.type_()
-                m = re.match(r"n?\d+", self.s[self.i:])
-                if not m:
-                    raise _Fail
-                self.i += len(m.group(0))
-                self.take()  # E
-                val = m.group(0).replace("n", "-")
-                args.append(val if typ == "int" else f"({typ}){val}")
-            else:
-                args.append(self.type_())
-        self.take()
-        self.targs = args
-        return "<" + ", ".join(args) + ">"
-
-    def unqualified(self) -> str:
-        if self.peek().isdigit():
-            return self.abi_tags(self.source_name())
-        raise _Fail
-
-    def nested(self) -> str:
-        self.take()  # N
-        quals = ""
-        while self.peek() in ("K", "V", "r"):
-            quals += {"K": " const", "V": " volatile", "r": " restrict"}[self.take()]
-        parts: list[str] = []
-        while self.peek() != "E":
-            if not self.peek():
-                raise _Fail
-            if self.peek() == "I":
-                parts[-1] += self.template_args()
-            elif self.peek() == "S":
-                parts.append(self.substitution())
-            else:
-                parts.append(self.unqualified())
-            self.subs.append("::".join(parts))
-        self.take()
-        return "::".join(parts) + quals
-
-    def substitution(self) -> str:
-        self.take()  # S
-        std = {"t": "std", "a": "std::allocator", "s": "std::string"}
-        if self.peek() in std:
-            return std[self.take()]
-        m = re.match(r"([0-9A-Z]*)_", self.s[self.i:])
-        if not m:
-            raise _Fail
-        self.i += len(m.group(0))
-        idx = 0 if not m.group(1) else int(m.group(1), 36) + 1
-        if idx >= len(self.subs):
-            raise _Fail
-        return self.subs[idx]
-
-    def type_(self) -> str:
-        c = self.peek()
-        if c in ("P", "R", "O"):
-            self.take()
-            inner = self.type_()
-            out = inner + {"P": " *", "R": " &", "O": " &&"}[c]
-            self.subs.append(out)
-            return out
-        if c in ("K", "V"):
-            self.take()
-            inner = self.type_()
-            out = ("const " if c == "K" else "volatile ") + inner
-            self.subs.append(out)
-            return out
-        if len(self.peek(2)) == 2 and self.peek(2) in _BUILTIN:
-            return _BUILTIN[self.take(2)]
-        if c == "T":
-            m = re.match(r"T(\d*)_", self.s[self.i:])
-            if not m:
-                raise _Fail
-            self.i += len(m.group(0))
-            idx = int(m.group(1)) + 1 if m.group(1) else 0
-            if idx >= len(self.targs):
-                raise _Fail
-            return self.targs[idx]
-        if c in _BUILTIN:
-            self.take()
-            return _BUILTIN[c]
-        if c == "N":
-            out = self.nested()
-            self.subs.append(out)
-            return out
-        if c == "S":
-            out = self.substitution()
-            if self.peek() == "I":
-                out += self.template_args()
-            return out
-        if c.isdigit():
-            out = self.source_name()
-            if self.peek() == "I":
-                self.subs.append(out)
-                out += self.template_args()
-            self.subs.append(out)
-            return out
-        raise _Fail
-
-    def encoding(self) -> str:
-        if self.take(2) != "_Z":
-            raise _Fail
-        if self.peek() == "N":
-            name = self.nested()
-        else:
-            name = self.unqualified()
-            if self.peek() == "I":
-                self.subs.append(name)
-                name += self.template_args()
-        params: list[str] = []
-        templated = name.endswith(">")
-        if templated and self.i < len(self.s):
-            self.type_()  # the return type of a template function is mangled first; not printed
-        while self.i < len(self.s):
-            if self.peek() == ".":
-                break  # clone suffixes (.cold, .constprop.0)
-            params.append(self.type_())
-        if params == ["void"]:
-            params = []
-        return f"{name}({', '.join(params)})"
-
-
-def fallback_demangle(name: str) -> str:
-    """A small Itanium demangler for kernel-shaped names; returns ``name`` unchanged on failure."""
-    try:
-        return _Parser(name).encoding()
-    except (_Fail, IndexError, ValueError):
-        return name
 
 
 # --- short names ---------------------------------------------------------------------------------
@@ -316,6 +150,20 @@ def _strip_return_type(name: str) -> str:
     return rest or name
 
 
+def _drop_abi_tags(text: str) -> str:
+    """``max_reduce[abi:v1][abi:cw51]`` -> ``max_reduce``: each ``[abi:`` up to the next ``]``."""
+    out = []
+    pos = 0
+    while True:
+        start = text.find("[abi:", pos)
+        end = text.find("]", start + 5) if start >= 0 else -1
+        if end < 0:
+            out.append(text[pos:])
+            return "".join(out)
+        out.append(text[pos:start])
+        pos = end + 1
+
+
 def is_numba(name: str) -> bool:
     """A numba-cuda kernel name (numba tags every specialization with ``[abi:...]``)."""
     return "[abi:" in name
@@ -339,7 +187,7 @@ def short_name(name: str | None) -> str | None:
         text = demangle(text)
     text = strip_params(text)
     if is_numba(text):
-        text = _ABI_TAG.sub("", text)
+        text = _drop_abi_tags(text)
         if text.startswith("cudapy::"):
             text = text[len("cudapy::"):]
         return text.replace("::", ".")

@@ -21,8 +21,10 @@ Kinds seen there: ``Precise`` (memcheck, stream-ordered races too), ``Api``, ``L
 ``Initcheck``, ``Synccheck``, ``Analysis`` (racecheck: ``<source>``/``<destination>`` with
 ``<direction>``, ``<where>`` and a ``<count>`` of hazards). Other kind names come from the
 binary's strings (``Hazard``, ``UnusedMemory``, ``InitcheckApiError``, ...) and are read with the
-same generic rules. Records are streamed out of the document, so a file cut off by a killed run
-still gives every record that was complete; junk gives none; nothing here raises.
+same generic rules. Records are streamed out of the document (:class:`XmlParser` takes it in pieces
+and forgets each record once it is handed on), so a file cut off by a killed run still gives every
+record that was complete; junk gives none; nothing here raises, lone surrogates and absurd
+numbers included.
 
 The merged ``sanitizer/sanitizer.xml`` that ``faulthunt sanitize`` writes wraps each test's
 document in ``<test nodeid=... tool=...>``; records found inside one take that tool.
@@ -32,11 +34,16 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Iterator
 
 from faulthunt.records.sanitizer import (
     API_ERROR, GUARDRAIL, HARDWARE_EXCEPTION, HOST_API_ACCESS, LEAK, MALLOC_FREE, MEMORY_ACCESS,
     RACE, SYNC_ERROR, UNINITIALIZED_READ, UNUSED_MEMORY, Frame, SanitizerRecord,
 )
+from faulthunt.sanitizer.frames import MAX_DIGITS, MAX_HEX_DIGITS
+
+#: deeper nesting than any sanitizer file has (about 6) ends the parse: memory stays bounded
+MAX_DEPTH = 1000
 
 #: <kind> -> (record kind, tool); None skips informational records (launch dumps, sync traces)
 _KINDS: dict[str, tuple[str, str | None] | None] = {
@@ -79,11 +86,15 @@ def _text(el: ET.Element | None, path: str) -> str | None:
 
 
 def _int(text: str | None) -> int | None:
+    """A decimal or ``0x`` hex number; None for anything else, or a number no sanitizer prints."""
     if text is None:
         return None
     text = text.replace(",", "").strip()
+    hexa = text[:2].lower() == "0x"
+    if len(text) > (MAX_HEX_DIGITS + 2 if hexa else MAX_DIGITS):
+        return None
     try:
-        return int(text, 16) if text.lower().startswith("0x") else int(text)
+        return int(text, 16) if hexa else int(text)
     except ValueError:
         return None
 
@@ -176,40 +187,79 @@ def record_from_element(rec: ET.Element, index: int, tool: str | None = None) ->
                            host_stack_at=_text(host_el, "saveLocation"), **fields)
 
 
+class XmlParser:
+    """An XML document read in pieces; :meth:`records` yields each record once it is complete.
+
+    After the records are exhausted, ``complete`` says whether the whole document parsed (False:
+    cut off, junk, or nested deeper than MAX_DEPTH). Memory: the open elements and one record.
+    """
+
+    def __init__(self) -> None:
+        self.complete = False
+        self.count = 0
+
+    def records(self, pieces: Iterable[str]) -> Iterator[SanitizerRecord]:
+        parser = ET.XMLPullParser(events=("start", "end"))
+        open_els: list[ET.Element] = []
+        tools: list[str | None] = []
+        depth_in_record = 0
+        seen = False
+        complete = True
+        try:
+            for piece in pieces:
+                if not piece:
+                    continue
+                seen = seen or bool(piece.strip())
+                if not piece.isascii():
+                    # a lone surrogate (text decoded with errors="surrogateescape", or made up)
+                    # cannot be handed to expat as UTF-8: it reads as "?"
+                    piece = piece.encode("utf-8", "replace").decode("utf-8")
+                parser.feed(piece)
+                for event, el in parser.read_events():
+                    if event == "start":
+                        open_els.append(el)
+                        if len(open_els) > MAX_DEPTH:
+                            raise ET.ParseError("nested too deep")
+                        if el.tag == "record":
+                            depth_in_record += 1
+                        elif el.tag == "test" and depth_in_record == 0:
+                            tools.append(el.get("tool"))
+                        continue
+                    open_els.pop()
+                    if el.tag == "record":
+                        depth_in_record -= 1
+                        if depth_in_record == 0:
+                            rec = record_from_element(el, self.count, tools[-1] if tools else None)
+                            self.count += 1
+                            el.clear()
+                            if open_els:
+                                open_els[-1].remove(el)  # the document keeps no finished record
+                            if rec is not None:
+                                yield rec
+                    elif el.tag == "test" and depth_in_record == 0 and tools:
+                        tools.pop()
+            parser.close()
+        except ET.ParseError:
+            complete = False
+        self.complete = complete and seen
+
+
+def _pieces(text: str, step: int = 1 << 16) -> Iterator[str]:
+    for pos in range(0, len(text), step):
+        yield text[pos:pos + step]
+
+
+def iter_xml_records(pieces: Iterable[str]) -> Iterator[SanitizerRecord]:
+    """The records of an XML document given in pieces, streamed (see :class:`XmlParser`)."""
+    return XmlParser().records(pieces)
+
+
 def parse_xml_stream(text: str) -> tuple[list[SanitizerRecord], bool]:
     """Records of an XML document and whether the whole document parsed (False: cut off or junk)."""
-    parser = ET.XMLPullParser(events=("start", "end"))
-    records: list[SanitizerRecord] = []
-    tools: list[str | None] = []
-    depth_in_record = 0
-    complete = True
-    index = 0
-    try:
-        # feed in pieces so a cut-off file still yields the records before the cut
-        step = 1 << 16
-        for pos in range(0, len(text), step):
-            parser.feed(text[pos:pos + step])
-            for event, el in parser.read_events():
-                if event == "start":
-                    if el.tag == "record":
-                        depth_in_record += 1
-                    elif el.tag == "test" and depth_in_record == 0:
-                        tools.append(el.get("tool"))
-                    continue
-                if el.tag == "record":
-                    depth_in_record -= 1
-                    if depth_in_record == 0:
-                        rec = record_from_element(el, index, tools[-1] if tools else None)
-                        index += 1
-                        if rec is not None:
-                            records.append(rec)
-                        el.clear()
-                elif el.tag == "test" and depth_in_record == 0 and tools:
-                    tools.pop()
-        parser.close()
-    except ET.ParseError:
-        complete = False
-    return records, complete and bool(text.strip())
+    parser = XmlParser()
+    # fed in pieces so a cut-off file still yields the records before the cut
+    records = list(parser.records(_pieces(text)))
+    return records, parser.complete
 
 
 def parse_xml(text: str) -> list[SanitizerRecord]:

@@ -7,10 +7,16 @@ host stack. Findings are ordered so that the first one is the headline: the earl
 error in the log (as the saying goes, the first ``Invalid write`` block is the offending kernel);
 API errors, leaks and host-side reports follow, because an API error after a kernel fault (error
 719 on every later call) is a consequence, not a cause.
+
+:class:`Reducer` takes records one at a time (``add``) and keeps only what the findings need, so a
+log streamed through it costs memory per finding, not per record: the first record of each group,
+its counts and ranges, and the distinct threads and blocks (exactly up to 65,536 per range, then
+counted in fixed memory).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 
@@ -101,37 +107,125 @@ def _site(r: SanitizerRecord) -> str:
     return host_site(r) or "?"
 
 
-def _range(points: set[tuple[int, int, int]]) -> Range3 | None:
-    if not points:
-        return None
-    xs, ys, zs = zip(*points)
-    return Range3((min(xs), min(ys), min(zs)), (max(xs), max(ys), max(zs)), len(points))
+#: distinct points a range holds exactly; past this it counts them in a fixed bitmap
+EXACT_POINTS = 1 << 16
+_BITMAP_BITS = 1 << 20
+
+
+_M64 = (1 << 64) - 1
+
+
+def _bit(p: tuple[int, int, int]) -> int:
+    """The bitmap position of a point: a splitmix64 mix (Python's tuple hash of small ints is too
+    regular in its low bits: the estimate came out 8-30% low with it)."""
+    h = (p[0] * 0x9E3779B97F4A7C15 + p[1] * 0xC2B2AE3D27D4EB4F + p[2] * 0x165667B19E3779F9) & _M64
+    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _M64
+    return (h ^ (h >> 31)) >> 44
+
+
+class _Points:
+    """Distinct (x, y, z) points: exact in a set up to EXACT_POINTS, then a bounded estimate.
+
+    Past the bound the set is folded into a 2**20-bit bitmap (128 KiB) and the count estimated by
+    linear counting (-m ln(zero bits / m); within 0.5% up to millions of points), while the
+    bounding box stays exact.
+    """
+
+    __slots__ = ("points", "lo", "hi", "bits")
+
+    def __init__(self) -> None:
+        self.points: set[tuple[int, int, int]] = set()
+        self.lo: list[int] = []
+        self.hi: list[int] = []
+        self.bits: bytearray | None = None
+
+    def add(self, p: tuple[int, int, int]) -> None:
+        if self.bits is None:
+            self.points.add(p)
+            if len(self.points) > EXACT_POINTS:
+                self.fold()
+            return
+        h = _bit(p)
+        self.bits[h >> 3] |= 1 << (h & 7)
+        lo, hi = self.lo, self.hi
+        for axis in range(3):
+            v = p[axis]
+            if v < lo[axis]:
+                lo[axis] = v
+            elif v > hi[axis]:
+                hi[axis] = v
+
+    def fold(self) -> None:
+        """From the exact set to the bitmap (the bounding box taken from the set)."""
+        xs, ys, zs = zip(*self.points)
+        self.lo = [min(xs), min(ys), min(zs)]
+        self.hi = [max(xs), max(ys), max(zs)]
+        self.bits = bytearray(_BITMAP_BITS // 8)
+        points, self.points = self.points, set()
+        for p in points:
+            h = _bit(p)
+            self.bits[h >> 3] |= 1 << (h & 7)
+
+    def range(self) -> Range3 | None:
+        if self.bits is None:
+            if not self.points:
+                return None
+            xs, ys, zs = zip(*self.points)
+            return Range3((min(xs), min(ys), min(zs)), (max(xs), max(ys), max(zs)), len(self.points))
+        ones = sum(bin(b).count("1") for b in self.bits)
+        zeros = max(_BITMAP_BITS - ones, 1)
+        estimate = round(-_BITMAP_BITS * math.log(zeros / _BITMAP_BITS))
+        lo, hi = self.lo, self.hi
+        return Range3((lo[0], lo[1], lo[2]), (hi[0], hi[1], hi[2]), max(estimate, EXACT_POINTS), exact=False)
 
 
 class _Group:
-    __slots__ = ("first", "count", "threads", "blocks", "lo", "hi", "sizes")
+    __slots__ = ("first", "count", "threads", "blocks", "lo", "hi", "size", "sizes_differ")
 
     def __init__(self, first: SanitizerRecord) -> None:
         self.first = first
         self.count = 0
-        self.threads: set[tuple[int, int, int]] = set()
-        self.blocks: set[tuple[int, int, int]] = set()
+        self.threads = _Points()
+        self.blocks = _Points()
         self.lo: int | None = None
         self.hi: int | None = None
-        self.sizes: set[int] = set()
+        self.size: int | None = None
+        self.sizes_differ = False
 
     def add(self, r: SanitizerRecord) -> None:
         self.count += 1
-        if r.thread is not None:
-            self.threads.add(r.thread)
-        if r.block is not None:
-            self.blocks.add(r.block)
-        if r.size is not None:
-            self.sizes.add(r.size)
-        if r.address is not None:
-            end = r.address + max(r.size or 1, 1) - 1
-            self.lo = r.address if self.lo is None else min(self.lo, r.address)
-            self.hi = end if self.hi is None else max(self.hi, end)
+        thread, block = r.thread, r.block
+        # (_Points.add inlined for its common case: the exact set)
+        if thread is not None:
+            pts = self.threads
+            if pts.bits is None:
+                pts.points.add(thread)
+                if len(pts.points) > EXACT_POINTS:
+                    pts.fold()
+            else:
+                pts.add(thread)
+        if block is not None:
+            pts = self.blocks
+            if pts.bits is None:
+                pts.points.add(block)
+                if len(pts.points) > EXACT_POINTS:
+                    pts.fold()
+            else:
+                pts.add(block)
+        size = r.size
+        if size is not None and size != self.size:
+            if self.size is None:
+                self.size = size
+            else:
+                self.sizes_differ = True
+        address = r.address
+        if address is not None:
+            end = address + max(size or 1, 1) - 1
+            if self.lo is None or address < self.lo:
+                self.lo = address
+            if self.hi is None or end > self.hi:
+                self.hi = end
 
 
 def order_findings(findings: Iterable[Finding]) -> list[Finding]:
@@ -139,33 +233,67 @@ def order_findings(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.kind not in DEVICE_KINDS,))
 
 
+class Reducer:
+    """Findings built incrementally: ``add`` each record as it is read, then ``findings()``."""
+
+    def __init__(self, *, nodeid: str | None = None) -> None:
+        self.nodeid = nodeid
+        self.records = 0
+        self._groups: dict[tuple, _Group] = {}
+        #: the group of a memory access error by the fields its key is made of (most records are
+        #: these; the key's strings are then built once per distinct combination, not per record)
+        self._access: dict[tuple, _Group] = {}
+
+    def add(self, r: SanitizerRecord) -> None:
+        self.records += 1
+        if r.kind == MEMORY_ACCESS and r.file and r.space and r.access:
+            short = (r.tool, r.kernel, r.file, r.line, r.space, r.access, r.problem)
+            g = self._access.get(short)
+            if g is None:
+                g = self._group(r)
+                if len(self._access) >= 4096:
+                    self._access.clear()
+                self._access[short] = g
+        else:
+            g = self._group(r)
+        g.add(r)
+
+    def _group(self, r: SanitizerRecord) -> _Group:
+        key = (r.tool, r.kind, r.kernel, _site(r), error_label(r))
+        g = self._groups.get(key)
+        if g is None:
+            g = self._groups[key] = _Group(r)
+        return g
+
+    def add_all(self, records: Iterable[SanitizerRecord]) -> Reducer:
+        add = self.add
+        for r in records:
+            add(r)
+        return self
+
+    def findings(self) -> list[Finding]:
+        """The findings so far, the headline first."""
+        groups = self._groups
+        names = demangle_many(k for k in (g.first.kernel for g in groups.values()) if k and is_mangled(k))
+        findings = []
+        for key, g in groups.items():
+            ex = g.first
+            full = names.get(ex.kernel, ex.kernel) if ex.kernel else None
+            host = tuple(f.render() for f in ex.host_frames if _useful(f)) or tuple(
+                f.render() for f in ex.host_frames)
+            findings.append(Finding(
+                tool=ex.tool, kind=ex.kind, error=key[4], kernel=short_name(full), kernel_full=full,
+                function=short_name(ex.function), file=ex.file, line=ex.line, access=ex.access,
+                size=None if g.sizes_differ else ex.size,
+                address_range=(g.lo, g.hi) if g.lo is not None and g.hi is not None else None,
+                count=g.count, threads=g.threads.range(), blocks=g.blocks.range(), example=ex,
+                host_stack=host, nodeid=self.nodeid, first_index=ex.index))
+        return order_findings(findings)
+
+
 def reduce_records(records: Iterable[SanitizerRecord], *, nodeid: str | None = None) -> list[Finding]:
     """Group records into findings; the first finding is the headline (the offending kernel)."""
-    groups: dict[tuple, _Group] = {}
-    order: list[tuple] = []
-    for r in records:
-        key = (r.tool, r.kind, r.kernel, _site(r), error_label(r))
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = _Group(r)
-            order.append(key)
-        g.add(r)
-    names = demangle_many(k for k in (groups[key].first.kernel for key in order) if k and is_mangled(k))
-    findings = []
-    for key in order:
-        g = groups[key]
-        ex = g.first
-        full = names.get(ex.kernel, ex.kernel) if ex.kernel else None
-        host = tuple(f.render() for f in ex.host_frames if _useful(f)) or tuple(
-            f.render() for f in ex.host_frames)
-        findings.append(Finding(
-            tool=ex.tool, kind=ex.kind, error=key[4], kernel=short_name(full), kernel_full=full,
-            function=short_name(ex.function), file=ex.file, line=ex.line, access=ex.access,
-            size=ex.size if len(g.sizes) <= 1 else None,
-            address_range=(g.lo, g.hi) if g.lo is not None and g.hi is not None else None,
-            count=g.count, threads=_range(g.threads), blocks=_range(g.blocks), example=ex,
-            host_stack=host, nodeid=nodeid, first_index=ex.index))
-    return order_findings(findings)
+    return Reducer(nodeid=nodeid).add_all(records).findings()
 
 
 def headline(findings: Sequence[Finding]) -> Finding | None:
@@ -173,4 +301,4 @@ def headline(findings: Sequence[Finding]) -> Finding | None:
     return findings[0] if findings else None
 
 
-__all__ = ["reduce_records", "order_findings", "headline", "error_label", "host_site"]
+__all__ = ["Reducer", "reduce_records", "order_findings", "headline", "error_label", "host_site"]
