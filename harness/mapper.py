@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from faulthunt.errors import InputError, UsageError
-from faulthunt.ledger.reader import Ledger, Life, PidLedger, load_ledger, no_gc
-from faulthunt.ledger.writer import seal_dead
+from faulthunt.ledger.reader import Ledger, Life, PidLedger, load_ledger
 from faulthunt.records.ledger import KIND_SEGMENT
 
 PAGE_SIZE = 4096
@@ -134,8 +133,8 @@ class _Byte:
     #: for ``freed`` outside the freed allocation's bytes: where the address is relative to it
     detail: str | None = None
 
-    def key(self) -> tuple[str, int, str | None]:
-        return (self.verdict, id(self.life), self.detail)
+    def key(self) -> tuple[str, object, str | None]:
+        return (self.verdict, None if self.life is None else self.life.ident, self.detail)
 
 
 def _smallest(lives: list[Life]) -> Life:
@@ -143,7 +142,12 @@ def _smallest(lives: list[Life]) -> Life:
 
 
 def _is_pool(pl: PidLedger, c: Life) -> bool:
-    return c.kind == KIND_SEGMENT or pl.blocks.any_overlapping(c.address, c.end, c.t0, c.t1)
+    if c.kind == KIND_SEGMENT:
+        return True
+    got = pl.pools.get(c.ident)  # a chunk's pool-ness never changes: ask the index once
+    if got is None:
+        got = pl.pools[c.ident] = pl.blocks.any_overlapping(c.address, c.end, c.t0, c.t1)
+    return got
 
 
 def _reach(life: Life) -> int:
@@ -277,10 +281,7 @@ def _pieces(pl: PidLedger, lo: int, hi: int, at: float) -> list[tuple[int, int, 
     """Split [lo, hi] where the verdict (or its allocation) changes."""
     edges = {lo, hi + 1}
     for index in (pl.containers, pl.blocks):
-        for life in index.intersecting(lo, hi):
-            for e in (life.address, life.end):
-                if lo < e <= hi:
-                    edges.add(e)
+        edges.update(index.edges(lo, hi))
     if lo < NULL_PAGE_LIMIT <= hi:
         edges.add(NULL_PAGE_LIMIT)
     cuts = sorted(edges)
@@ -427,11 +428,10 @@ def map_address(ledger: Ledger, address: int, *, pid: int | None = None, at: flo
 
 def map_each(ledger: Ledger, queries: Iterable[tuple[int, int | None]], *, at: float | None = None,
              page: bool = False) -> Iterator[Verdict]:
-    """:func:`map_address` for each ``(address, pid)``, one verdict at a time, with the cyclic
-    garbage collector paused while it runs (see :func:`~faulthunt.ledger.reader.no_gc`)."""
-    with no_gc():
-        for address, pid in queries:
-            yield map_address(ledger, address, pid=pid, at=at, page=page)
+    """:func:`map_address` for each ``(address, pid)``, one verdict at a time."""
+    for address, pid in queries:
+        yield map_address(ledger, address, pid=pid, at=at, page=page)
+
 
 def _kernel_matches(recorded: str, named: str) -> bool:
     a = recorded.split("(")[0].strip()
@@ -453,18 +453,20 @@ def _fault_time_kernel(ledger: Ledger, kernel: str | None) -> tuple[int | None, 
         return None, None
     best: tuple[float, int | None] | None = None
     for pid, pl in ledger.pids.items():
-        for rec in reversed(pl.launches):
-            if _kernel_matches(rec["kernel"], kernel):
-                if best is None or rec["t"] > best[0]:
-                    best = (float(rec["t"]), pid)
+        for k in range(len(pl.launch_kernels) - 1, -1, -1):
+            if _kernel_matches(pl.launch_kernels[k], kernel):
+                t = pl.launch_times[k]
+                if best is None or t > best[0]:
+                    best = (t, pid)
                 break
     return (best[1], best[0]) if best else (None, None)
 
 
 def _safe_load(directory: Path) -> Ledger | None:
+    # Read-only: the reader reads past a dead writer's NUL reserve and torn last line, so a
+    # collected run is never changed by mapping it (sealing is the collector's, stress's, job).
     if not directory.is_dir() or not any(directory.glob("*.jsonl")):
         return None
-    seal_dead(directory)
     return load_ledger(directory)
 
 
