@@ -30,9 +30,9 @@ import weakref
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress, islice
-from operator import ne
+from operator import add
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
@@ -68,30 +68,69 @@ _U64 = 1 << 64
 
 # event codes in the columns
 _ALLOC, _FREE, _LAUNCH, _SYNC, _OTHER = 0, 1, 2, 3, 4
-# alloc flag: the kind; free flag: which levels it may close (+4 when it completes the free)
 _KIND_CODE = {None: 0, KIND_DEVICE: 0, KIND_SEGMENT: 1, KIND_BLOCK: 2}
 _KIND_NAME = (KIND_DEVICE, KIND_SEGMENT, KIND_BLOCK)
-_FREE_CONTAINERS, _FREE_BLOCKS, _FREE_EITHER, _COMPLETES = 0, 1, 2, 4
 _FREED_IMPLIED = -2
 
 
-class _Rec(msgspec.Struct, gc=False):
-    """The fields of a ledger line the replay reads; anything else stays in the file."""
+#: a JSON key no record has: where a kind of line keeps a field it does not read
+_UNREAD = " faulthunt: not read "
 
-    event: str
+
+class _Line(msgspec.Struct, gc=False, tag_field="event", kw_only=True):
+    """The fields of a ledger line the replay reads, by event; anything else stays in the file.
+
+    Every event has the same attributes (``address``, ``size``, ``kind``, ``x``: the source of an
+    alloc, the phase of a free, the kernel of a launch) so a chunk's lines become columns with
+    one list comprehension each; a field an event does not read maps to a key no line has.
+    """
+
+    code: ClassVar[int] = _OTHER
     t: float
     pid: int | None | msgspec.UnsetType = msgspec.UNSET
-    nodeid: str | None = None
-    source: str | None = None
-    address: int | None = None
-    size: int | None = None
-    kind: str | None = None
-    phase: str | None = None
-    kernel: str | None = None
     t_mono: float | None = None
 
 
-_DECODER = msgspec.json.Decoder(_Rec)
+_ADDRESS = Annotated[int, msgspec.Meta(ge=0)]  # and < 2**64: checked per chunk
+
+
+class _AllocLine(_Line, tag=EVENT_ALLOC):
+    code: ClassVar[int] = _ALLOC
+    address: _ADDRESS
+    size: _ADDRESS
+    kind: Literal["device", "segment", "block"] | None = None
+    x: str | None = msgspec.field(default=None, name="source")
+
+
+class _FreeLine(_Line, tag=EVENT_FREE):
+    code: ClassVar[int] = _FREE
+    address: _ADDRESS
+    size: int = msgspec.field(default=0, name=_UNREAD + "size")
+    kind: str | None = None
+    x: str | None = msgspec.field(default=None, name="phase")
+
+
+class _LaunchLine(_Line, tag=EVENT_LAUNCH):
+    code: ClassVar[int] = _LAUNCH
+    x: str = msgspec.field(name="kernel")
+    address: int = msgspec.field(default=0, name=_UNREAD + "address")
+    size: int = msgspec.field(default=0, name=_UNREAD + "size")
+    kind: None = msgspec.field(default=None, name=_UNREAD + "kind")
+
+
+class _SyncLine(_Line, tag=EVENT_SYNC):
+    code: ClassVar[int] = _SYNC
+    x: None = msgspec.field(default=None, name=_UNREAD + "x")
+    address: int = msgspec.field(default=0, name=_UNREAD + "address")
+    size: int = msgspec.field(default=0, name=_UNREAD + "size")
+    kind: None = msgspec.field(default=None, name=_UNREAD + "kind")
+
+
+class _NoteLine(_SyncLine, tag=EVENT_NOTE):
+    code: ClassVar[int] = _OTHER
+
+
+_DECODER = msgspec.json.Decoder(_AllocLine | _FreeLine | _LaunchLine | _SyncLine | _NoteLine)
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
 
 
@@ -100,7 +139,7 @@ _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
 class _Columns:
     """One process's records as read, in file order (the replay sorts them by time)."""
 
-    __slots__ = ("t", "ev", "ref", "addr", "size", "flag", "nid", "src", "mono")
+    __slots__ = ("t", "ev", "ref", "addr", "size", "kind", "x", "mono")
 
     def __init__(self) -> None:
         self.t = array("d")
@@ -108,10 +147,10 @@ class _Columns:
         self.ref = array("q")
         self.addr = array("Q")
         self.size = array("Q")
-        self.flag = array("b")
-        self.nid: list[Any] = []
-        #: alloc: its source (merging); launch: its kernel; else None
-        self.src: list[Any] = []
+        #: alloc/free: the record's kind (any JSON value for a free); else None
+        self.kind: list[Any] = []
+        #: alloc: its source (merging); free: its phase; launch: its kernel; else None
+        self.x: list[Any] = []
         #: (t, order, t_mono) of the earliest record carrying a monotonic time
         self.mono: tuple[float, int, float] | None = None
 
@@ -125,7 +164,7 @@ class _Collector:
         self.skipped = 0
         self.problems: list[str] = []
         self.skipped_by: dict[str, int] = {}
-        self._strings: dict[str, str] = {}
+        self._strings: dict[Any, Any] = {}
 
     def columns(self, pid: int | None) -> _Columns:
         cols = self.pids.get(pid)
@@ -151,120 +190,53 @@ class _Collector:
         cols = self.columns(pid if type(pid) is int else None)
         event = rec["event"]
         t = float(rec["t"])
-        addr = size = flag = 0
-        src = None
+        addr = size = 0
+        kind = x = None
         if event == EVENT_ALLOC:
-            code, addr, size, src = _KIND_CODE[rec.get("kind")], rec["address"], rec["size"], rec.get("source")
-            flag = code
-            ev = _ALLOC
+            ev, addr, size, kind, x = _ALLOC, rec["address"], rec["size"], rec.get("kind"), rec.get("source")
         elif event == EVENT_FREE:
-            ev, addr = _FREE, rec["address"]
-            flag = _free_flag(rec.get("kind"), rec.get("phase"))
+            ev, addr, kind, x = _FREE, rec["address"], rec.get("kind"), rec.get("phase")
         elif event == EVENT_LAUNCH:
-            ev, src = _LAUNCH, rec["kernel"]
+            ev, x = _LAUNCH, rec["kernel"]
         else:
             ev = _SYNC if event == EVENT_SYNC else _OTHER
         tm = rec.get("t_mono")
-        if isinstance(tm, (int, float)):
-            self._mono(cols, t, float(tm))
-        nid = rec.get("nodeid")
-        self._append(cols, t, ev, ref, addr, size, flag, self._intern(nid), self._intern(src))
+        if isinstance(tm, (int, float)) and (cols.mono is None or t < cols.mono[0]):
+            cols.mono = (t, len(cols.t), float(tm))
+        cols.t.append(t)
+        cols.ev.append(ev)
+        cols.ref.append(ref)
+        cols.addr.append(addr)
+        cols.size.append(size)
+        cols.kind.append(self._intern(kind))
+        cols.x.append(self._intern(x))
 
     def _intern(self, s: Any) -> Any:
         if type(s) is str:
             return self._strings.setdefault(s, s)
         return s
 
-    @staticmethod
-    def _mono(cols: _Columns, t: float, tm: float) -> None:
-        if cols.mono is None or t < cols.mono[0]:
-            cols.mono = (t, len(cols.t), tm)
-
-    @staticmethod
-    def _append(cols: _Columns, t: float, ev: int, ref: int, addr: int, size: int, flag: int,
-                nid: Any, src: Any) -> None:
-        cols.t.append(t)
-        cols.ev.append(ev)
-        cols.ref.append(ref)
-        cols.addr.append(addr)
-        cols.size.append(size)
-        cols.flag.append(flag)
-        cols.nid.append(nid)
-        cols.src.append(src)
-
-    def add_lines(self, objs: list[_Rec], starts: Sequence[int], base: int, buf: bytes,
-                  file_pid: int | None) -> None:
-        """Decoded lines of one chunk (``starts``: each line's offset in ``buf``; ``base``: the
-        reference of the chunk's first byte). The common, well-typed record is appended here;
-        anything else goes through :meth:`add_dict` from its own text."""
-        unset = msgspec.UNSET
-        strings = self._strings
-        intern = strings.setdefault
-        kind_code = _KIND_CODE
-        cur_pid: Any = unset
-        for k, r in enumerate(objs):
-            pid = r.pid
-            if pid is unset:
-                pid = file_pid
-            if pid is not cur_pid and pid != cur_pid:
-                cur_pid = pid
-                cols = self.columns(pid)
-                t_, ev_, ref_, addr_, size_, flag_ = (cols.t.append, cols.ev.append, cols.ref.append,
-                                                      cols.addr.append, cols.size.append, cols.flag.append)
-                nid_, src_ = cols.nid.append, cols.src.append
-            event = r.event
-            if event == "alloc":
-                a, n, code = r.address, r.size, kind_code.get(r.kind, -1)
-                if a is None or n is None or code < 0 or a < 0 or n < 0 or a + n >= _U64:
-                    self._slow(buf, starts, k, base, file_pid)
-                    continue
-                src = r.source
-                ev, flag = _ALLOC, code
-                if src is not None:
-                    src = intern(src, src)
-            elif event == "free":
-                a = r.address
-                if a is None or a < 0 or a >= _U64:
-                    self._slow(buf, starts, k, base, file_pid)
-                    continue
-                n, src, ev = 0, None, _FREE
-                flag = _free_flag(r.kind, r.phase)
-            elif event == "launch":
-                src = r.kernel
-                if src is None:
-                    self._slow(buf, starts, k, base, file_pid)
-                    continue
-                a = n = flag = 0
-                ev = _LAUNCH
-                src = intern(src, src)
-            elif event == "sync" or event == "note":
-                a = n = flag = 0
-                src = None
-                ev = _SYNC if event == "sync" else _OTHER
-            else:
-                self._slow(buf, starts, k, base, file_pid)
-                continue
-            t = r.t
-            if r.t_mono is not None and (cols.mono is None or t < cols.mono[0]):
-                cols.mono = (t, len(cols.t), r.t_mono)
-            nid = r.nodeid
-            t_(t)
-            ev_(ev)
-            ref_(base + starts[k])
-            addr_(a)
-            size_(n)
-            flag_(flag)
-            nid_(nid if nid is None else intern(nid, nid))
-            src_(src)
-        self.records += len(objs) - self._slow_count
-        self._slow_count = 0
-
-    _slow_count = 0
-
-    def _slow(self, buf: bytes, starts: Sequence[int], k: int, base: int, file_pid: int | None) -> None:
-        end = starts[k + 1] if k + 1 < len(starts) else len(buf)
-        self._slow_count += 1
-        self.add_text(buf[starts[k]:end], base + starts[k], file_pid)
+    def add_lines(self, pid: int | None, objs: list[_Line], refs: Iterable[int]) -> None:
+        """Decoded lines of one process, in file order, as columns (no loop over records here)."""
+        cols = self.columns(pid)
+        first = len(cols.t)
+        ts = [o.t for o in objs]
+        cols.t.fromlist(ts)
+        cols.ev.frombytes(bytes([o.code for o in objs]))
+        cols.ref.extend(refs)
+        cols.addr.fromlist([o.address for o in objs])
+        cols.size.fromlist([o.size for o in objs])
+        strings = self._strings.setdefault
+        kinds = [o.kind for o in objs]
+        xs = [o.x for o in objs]
+        cols.kind.extend(map(strings, kinds, kinds))
+        cols.x.extend(map(strings, xs, xs))
+        tms = [o.t_mono for o in objs]
+        if tms.count(None) < len(tms):
+            t, k, tm = min(compress(zip(ts, range(first, first + len(ts)), tms), map(_is_not_none, tms)))
+            if cols.mono is None or t < cols.mono[0]:
+                cols.mono = (t, k, tm)
+        self.records += len(objs)
 
     def add_text(self, line: bytes, ref: int, file_pid: int | None) -> None:
         """One line that the fast decoder did not take: :mod:`json`, then :meth:`add_dict`."""
@@ -281,10 +253,8 @@ class _Collector:
         self.add_dict(rec, ref)
 
 
-def _free_flag(kind: Any, phase: Any) -> int:
-    levels = (_FREE_BLOCKS if kind == KIND_BLOCK
-              else _FREE_CONTAINERS if kind == KIND_DEVICE or kind == KIND_SEGMENT else _FREE_EITHER)
-    return levels | (_COMPLETES if phase is None or phase == PHASE_COMPLETED else 0)
+def _is_not_none(v: Any) -> bool:
+    return v is not None
 
 
 _NUM = (int, float)
@@ -381,26 +351,40 @@ def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector) -> 
 
 def _read_lines(buf: bytes, base: int, file_pid: int | None, sink: _Collector) -> None:
     """Complete lines (``buf`` ends with a newline) into ``sink``."""
+    ends = [m.end() for m in _NL.finditer(buf)]
+    starts = [0, *islice(ends, len(ends) - 1)]
     try:
         objs = _DECODER.decode_lines(buf)
     except _DECODE_ERRORS:
         objs = None
-    ends = [m.end() for m in _NL.finditer(buf)]
-    if objs is not None and len(objs) == len(ends) and not _TWO_ON_A_LINE.search(buf):
-        starts = [0, *islice(ends, len(ends) - 1)]
-        sink.add_lines(objs, starts, base, buf, file_pid)
+    if (objs is not None and len(objs) == len(ends) and not _TWO_ON_A_LINE.search(buf)
+            and max(map(add, [o.address for o in objs], [o.size for o in objs]), default=0) < _U64):
+        pids = {o.pid for o in objs}
+        if len(pids) == 1 or pids == {msgspec.UNSET, file_pid}:
+            pid = pids.pop()
+            sink.add_lines(file_pid if pid is msgspec.UNSET or pid == file_pid else pid, objs,
+                           map(base.__add__, starts))
+            return
+        groups: dict[Any, tuple[list[_Line], list[int]]] = {}
+        for o, start in zip(objs, starts):  # several processes in one file: a hand-made ledger
+            g = groups.setdefault(file_pid if o.pid is msgspec.UNSET else o.pid, ([], []))
+            g[0].append(o)
+            g[1].append(base + start)
+        for pid, (os_, refs) in groups.items():
+            sink.add_lines(pid, os_, refs)
         return
-    start = 0
-    for end in ends:
+    for start, end in zip(starts, ends):  # a bad line somewhere in this chunk: line by line
         line = buf[start:end]
-        if line.strip():
-            try:
-                r = _DECODER.decode(line)
-            except _DECODE_ERRORS:
-                sink.add_text(line, base + start, file_pid)
-            else:
-                sink.add_lines([r], [0], base + start, line, file_pid)
-        start = end
+        if not line.strip():
+            continue
+        try:
+            o = _DECODER.decode(line)
+        except _DECODE_ERRORS:
+            o = None
+        if o is None or o.address + o.size >= _U64:
+            sink.add_text(line, base + start, file_pid)
+        else:
+            sink.add_lines(file_pid if o.pid is msgspec.UNSET else o.pid, [o], [base + start])
 
 
 # --- the record store: a whole record, read back when shown ---------------------------------------
@@ -476,22 +460,22 @@ def _close_all(fds: dict[int, int]) -> None:
 # --- lives -------------------------------------------------------------------------------------------
 
 class _LevelLives:
-    """Lives of one level of one process while replaying, in the order they began."""
+    """Lives of one level of one process, in the order they began (a life is its number here).
 
-    __slots__ = ("addr", "end", "r0", "r1", "ref", "free", "done", "kind", "src", "extra")
+    ``r0``/``r1``: ranks of the record that began it and of the one that closed it (``r1`` = the
+    process's record count while open); ``free``: the closing free's reference (-1 open, -2 closed
+    by a new allocation at its address); ``done``: rank of the free that completed it (-1 none).
+    """
+
+    __slots__ = ("r0", "r1", "free", "done", "ref", "kind", "extra")
 
     def __init__(self) -> None:
-        self.addr = array("Q")
-        self.end = array("Q")
         self.r0 = array("q")
         self.r1 = array("q")
-        self.ref = array("q")
-        #: the closing free's reference; -1 open, -2 closed by a new allocation at its address
         self.free = array("q")
-        #: rank of the free that completed it (driver got it back); -1 none
         self.done = array("q")
+        self.ref = array("q")
         self.kind = array("b")
-        self.src: list[Any] = []
         #: life -> (other sources, references of the same allocation's other records)
         self.extra: dict[int, tuple[tuple[Any, ...], tuple[int, ...]]] = {}
 
@@ -499,19 +483,20 @@ class _LevelLives:
 class Life:
     """One allocation's life, as the mapper sees it (a view of a :class:`Level` row)."""
 
-    __slots__ = ("level", "i", "address", "end", "size", "kind", "t0", "t1", "ident")
+    __slots__ = ("level", "i", "n", "address", "end", "size", "kind", "t0", "t1", "ident")
 
     def __init__(self, level: Level, i: int) -> None:
         self.level = level
         self.i = i
-        self.address = level.index.addr[i]
-        self.end = level.index.end[i]
+        index = level.index
+        self.n = n = index.lives[i]
+        self.address = index.addr[i]
+        self.end = index.end[i]
         self.size = self.end - self.address
-        n = level.index.lives[i]
         self.kind = _KIND_NAME[level.lives.kind[n]]
         times = level.times
-        self.t0 = times[level.index.r0[i]]
-        r1 = level.index.r1[i]
+        self.t0 = times[index.r0[i]]
+        r1 = index.r1[i]
         self.t1: float | None = times[r1] if r1 < len(times) else None
         #: stable identity of the allocation (the page splitter compares lives across queries)
         self.ident = (id(level), i)
@@ -520,8 +505,7 @@ class Life:
         return self.t0 <= t and (self.t1 is None or self.t1 > t)
 
     def _parts(self) -> tuple[dict[str, Any], dict[str, Any] | None, float | None, tuple[Any, ...]]:
-        lv = self.level
-        n = lv.index.lives[self.i]
+        lv, n = self.level, self.n
         lives = lv.lives
         rec = lv.store.get(lives.ref[n])
         also, dups = lives.extra.get(n, ((), ()))
@@ -570,14 +554,13 @@ class Life:
 class Level:
     """One level (containers or blocks) of one process: its index, and what shows a life."""
 
-    def __init__(self, which: int, lives: _LevelLives, times: Sequence[float], store: RecordStore) -> None:
+    def __init__(self, which: int, lives: _LevelLives, addr: Sequence[int], end: Sequence[int],
+                 times: Sequence[float], store: RecordStore) -> None:
         self.which = which
         self.lives = lives
         self.times = times
         self.store = store
-        n = len(lives.addr)
-        self.index = LevelIndex(lives.addr, lives.end, lives.r0, lives.r1, range(n), len(times))
-        # the replay's own order is not needed past this point
+        self.index = LevelIndex(addr, end, lives.r0, lives.r1, range(len(addr)), len(times))
         self._views: dict[int, Life] = {}
 
     def __len__(self) -> int:
@@ -653,26 +636,31 @@ class PidLedger:
     launch_times: Sequence[float]
     launch_kernels: Sequence[str]
     sync_times: Sequence[float]
-    #: times at which the running test changed, and the test from then on
-    test_times: Sequence[float]
-    test_nodeids: Sequence[Any]
     t_first: float
     t_last: float
     #: wall minus monotonic clock, from records carrying both (None when none did)
     mono_offset: float | None
     unmatched_frees: int = 0
+    #: every record in time order, by reference (the test running is read from the record)
+    records: Sequence[dict[str, Any]] = ()
+    times: Sequence[float] = ()
     #: the mapper's memo: container life -> is it a framework pool (blocks inside it)?
     pools: dict[Any, bool] = dataclasses.field(default_factory=dict)
 
+    def test_at(self, at: float) -> str | None:
+        """The test running at ``at``: the nodeid of the last record at or before it."""
+        q = bisect.bisect_right(self.times, at) - 1
+        return self.records[q].get("nodeid") if q >= 0 else None
+
     @property
     def tests(self) -> list[tuple[float, Any]]:
-        """(t, nodeid) at each change of the running test, in time order."""
-        return list(zip(self.test_times, self.test_nodeids))
-
-    def test_at(self, at: float) -> str | None:
-        """The test running at ``at`` (the nodeid of the last record at or before it)."""
-        i = bisect.bisect_right(self.test_times, at) - 1
-        return self.test_nodeids[i] if i >= 0 else None
+        """(t, nodeid) at each change of the running test, in time order (reads every record)."""
+        out: list[tuple[float, Any]] = []
+        for t, rec in zip(self.times, self.records):
+            nid = rec.get("nodeid")
+            if not out or nid != out[-1][1]:
+                out.append((t, nid))
+        return out
 
 
 @dataclasses.dataclass
@@ -703,100 +691,113 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
     n = len(cols.t)
     ts = cols.t
     if all(map(float.__le__, ts, islice(ts, 1, None))):
-        order: Sequence[int] = range(n)
-        times = ts
-    else:
+        times, ev, addr, size, kind, x, ref = ts, cols.ev, cols.addr, cols.size, cols.kind, cols.x, cols.ref
+    else:  # CUPTI's activity records arrive after the launches they precede
         order = sorted(range(n), key=ts.__getitem__)  # stable: equal times keep file order
         times = array("d", map(ts.__getitem__, order))
+        ev = array("b", map(cols.ev.__getitem__, order))
+        addr = array("Q", map(cols.addr.__getitem__, order))
+        size = array("Q", map(cols.size.__getitem__, order))
+        kind = list(map(cols.kind.__getitem__, order))
+        x = list(map(cols.x.__getitem__, order))
+        ref = array("q", map(cols.ref.__getitem__, order))
     lives = (_LevelLives(), _LevelLives())
-    unmatched = _replay_lives(cols, order, lives)
-    ev = cols.ev
-    evs = bytes(map(ev.__getitem__, order)) if not isinstance(order, range) else ev.tobytes()
-    at_launch = [k for k in compress(range(n), map(_LAUNCH.__eq__, evs))]
-    launch_idx = [order[k] for k in at_launch]
-    nids = cols.nid if isinstance(order, range) else list(map(cols.nid.__getitem__, order))
-    changes = [0, *compress(range(1, n), map(ne, nids, islice(nids, 1, None)))] if n else []
-    mono = None if cols.mono is None else cols.mono[0] - cols.mono[2]
-    containers = Level(0, lives[0], times, store)
-    blocks = Level(1, lives[1], times, store)
+    unmatched = _replay_lives(ev, addr, size, kind, x, ref, lives)
+    levels = []
+    for which, lv in enumerate(lives):
+        a = array("Q", map(addr.__getitem__, lv.r0))
+        e = array("Q", map(add, a, map(size.__getitem__, lv.r0)))
+        levels.append(Level(which, lv, a, e, times, store))
+    evs = ev.tobytes()
+    at_launch = list(compress(range(n), map(_LAUNCH.__eq__, evs)))
     return PidLedger(
-        pid=pid, containers=containers, blocks=blocks,
-        launches=_LazyRecords(array("q", map(cols.ref.__getitem__, launch_idx)), store),
+        pid=pid, containers=levels[0], blocks=levels[1],
+        launches=_LazyRecords(array("q", map(ref.__getitem__, at_launch)), store),
         launch_times=array("d", map(times.__getitem__, at_launch)),
-        launch_kernels=list(map(cols.src.__getitem__, launch_idx)),
+        launch_kernels=list(map(x.__getitem__, at_launch)),
         sync_times=array("d", compress(times, map(_SYNC.__eq__, evs))),
-        test_times=array("d", map(times.__getitem__, changes)),
-        test_nodeids=list(map(nids.__getitem__, changes)),
         t_first=times[0] if n else 0.0, t_last=times[-1] if n else 0.0,
-        mono_offset=mono, unmatched_frees=unmatched,
+        mono_offset=None if cols.mono is None else cols.mono[0] - cols.mono[2],
+        unmatched_frees=unmatched, records=_LazyRecords(ref, store), times=times,
     )
 
 
-def _replay_lives(cols: _Columns, order: Sequence[int], lives: tuple[_LevelLives, _LevelLives]) -> int:
-    """Alloc and free records in time order -> lives; returns the frees that matched nothing."""
-    ev, addr_, size_, flag_, ref_, src_ = cols.ev, cols.addr, cols.size, cols.flag, cols.ref, cols.src
+def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: Sequence[Any],
+                  xs: Sequence[Any], refs: Sequence[int], lives: tuple[_LevelLives, _LevelLives]) -> int:
+    """Alloc and free records in time order -> lives; returns the frees that matched nothing.
+
+    The one loop over records in loading: it only touches alloc and free records and appends
+    four numbers per new life (everything else about a life is read from its record's row).
+    """
     live: tuple[dict[int, int], dict[int, int]] = ({}, {})
     closed: tuple[dict[int, int], dict[int, int]] = ({}, {})
     unmatched = 0
-    both, only = (0, 1), ((0,), (1,))
-    for rank, i in enumerate(order):
-        e = ev[i]
-        if e == _ALLOC:
-            code = flag_[i]
-            level = 1 if code == 2 else 0
-            L = lives[level]
-            addr = addr_[i]
-            size = size_[i]
+    n = len(ev)
+    r0s = (lives[0].r0, lives[1].r0)
+    r1s = (lives[0].r1, lives[1].r1)
+    frees = (lives[0].free, lives[1].free)
+    dones = (lives[0].done, lives[1].done)
+    upgraded: tuple[dict[int, int], dict[int, int]] = ({}, {})
+    for rank in compress(range(n), map(_ALLOC_OR_FREE.__contains__, ev.tobytes())):
+        addr = addrs[rank]
+        if ev[rank] == _ALLOC:
+            k = kinds[rank]
+            level = 1 if k == KIND_BLOCK else 0
             old = live[level].get(addr)
+            r0 = r0s[level]
             if old is not None:
-                if L.end[old] - L.addr[old] == size:
+                o = r0[old]
+                if sizes[o] == sizes[rank]:
                     # The same allocation seen by two sources (CUPTI and a framework hook).
-                    src = src_[i]
-                    also, dups = L.extra.get(old, ((), ()))
-                    if src and src != L.src[old] and src not in also:
+                    src = xs[rank]
+                    extra = lives[level].extra
+                    also, dups = extra.get(old, ((), ()))
+                    if src and src != xs[o] and src not in also:
                         also = (*also, src)
-                    L.extra[old] = (also, (*dups, ref_[i]))
-                    if code == 1:
-                        L.kind[old] = 1
+                    extra[old] = (also, (*dups, refs[rank]))
+                    if k == KIND_SEGMENT:
+                        upgraded[level][old] = 1
                     continue
                 # A new allocation where one is still live: its free was never recorded.
-                L.r1[old] = rank
-                L.free[old] = _FREED_IMPLIED
+                r1s[level][old] = rank
+                frees[level][old] = _FREED_IMPLIED
                 closed[level][addr] = old
-            live[level][addr] = len(L.addr)
-            L.addr.append(addr)
-            L.end.append(addr + size)
-            L.r0.append(rank)
-            L.r1.append(len(order))
-            L.ref.append(ref_[i])
-            L.free.append(-1)
-            L.done.append(-1)
-            L.kind.append(code)
-            L.src.append(src_[i])
-        elif e == _FREE:
-            addr = addr_[i]
-            flag = flag_[i]
-            order_ = both if flag & 3 == _FREE_EITHER else only[flag & 3]
-            for level in order_:
-                n = live[level].pop(addr, None)
-                if n is not None:
-                    L = lives[level]
-                    L.r1[n] = rank
-                    L.free[n] = ref_[i]
-                    if flag & _COMPLETES:
-                        L.done[n] = rank
-                    closed[level][addr] = n
+            live[level][addr] = len(r0)
+            r0.append(rank)
+            r1s[level].append(n)
+            frees[level].append(-1)
+            dones[level].append(-1)
+        else:
+            k = kinds[rank]
+            levels = (1,) if k == KIND_BLOCK else (0,) if k == KIND_DEVICE or k == KIND_SEGMENT else (0, 1)
+            phase = xs[rank]
+            for level in levels:
+                life = live[level].pop(addr, None)
+                if life is not None:
+                    r1s[level][life] = rank
+                    frees[level][life] = refs[rank]
+                    if phase is None or phase == PHASE_COMPLETED:
+                        dones[level][life] = rank
+                    closed[level][addr] = life
                     break
             else:
                 # Deferred driver free after the program's own free: annotate, don't double count.
-                for level in order_:
-                    n = closed[level].get(addr)
-                    if n is not None and lives[level].done[n] < 0:
-                        lives[level].done[n] = rank
+                for level in levels:
+                    life = closed[level].get(addr)
+                    if life is not None and dones[level][life] < 0:
+                        dones[level][life] = rank
                         break
                 else:
                     unmatched += 1
+    for level, lv in enumerate(lives):
+        lv.ref = array("q", map(refs.__getitem__, lv.r0))
+        lv.kind = array("b", (_KIND_CODE[kinds[r]] for r in lv.r0))
+        for life in upgraded[level]:
+            lv.kind[life] = 1
     return unmatched
+
+
+_ALLOC_OR_FREE = frozenset((_ALLOC, _FREE))
 
 
 # --- loading ---------------------------------------------------------------------------------------
