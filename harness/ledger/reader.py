@@ -59,11 +59,13 @@ _PID_FILE = re.compile(r"^(\d+)")
 CHUNK = 8 << 20
 #: a "line" longer than this (no newline in sight) is junk: skipped without being held
 MAX_LINE = 64 << 20
-_NL = re.compile(b"\n")
+#: the record store's mark spacing: a line is found again with one read of about this size
+MARK = 4096
 #: two JSON values on one line: msgspec's line decoder would take both, a JSONL reader neither
 _TWO_ON_A_LINE = re.compile(rb"}[ \t\r]*{")
-_OFFSET_BITS = 40
-_OFFSET_MASK = (1 << _OFFSET_BITS) - 1
+#: a record's reference: file number << _REF_BITS | line number (file 0: records given in memory)
+_REF_BITS = 40
+_REF_MASK = (1 << _REF_BITS) - 1
 _U64 = 1 << 64
 
 # event codes in the columns
@@ -290,18 +292,24 @@ def _dict_problem(rec: dict[str, Any]) -> str | None:
     return record_problem(rec) or "malformed record"
 
 
-def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector) -> bool:
-    """Stream one ledger file into ``sink``; True when its last line is torn (no newline)."""
+def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector,
+               marks: array) -> bool:
+    """Stream one ledger file into ``sink``; True when its last line is torn (no newline).
+
+    ``marks`` gets, for every :data:`MARK` bytes of the file, how many lines lie before that
+    byte: with it a record is found again by its line number (:class:`RecordStore`).
+    """
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below; read-only, never modified
     except FileNotFoundError:
         return False
     except OSError as exc:
         raise RunDirError(f"cannot read {path}: {exc.strerror}") from exc
-    base = fid << _OFFSET_BITS
+    base = fid << _REF_BITS
     offset = 0       # file offset of the next byte read
+    seen = 0         # newlines in the file before `offset`
+    line = 0         # number of the line `carry` belongs to
     carry = b""      # a partial line (no newline yet), trailing NULs held back in `nuls`
-    carry_at = 0
     nuls = 0         # NUL bytes after carry: a dead writer's reserve if nothing else follows
     junk = False     # the current line is known bad: skip it up to its newline
     with fh:
@@ -312,8 +320,14 @@ def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector) -> 
                 raise RunDirError(f"cannot read {path}: {exc.strerror}") from exc
             if not data:
                 break
-            at = offset
-            offset += len(data)
+            at, offset = offset, offset + len(data)
+            mark, last = len(marks) * MARK, 0
+            while mark < offset:
+                seen += data.count(b"\n", last, mark - at)
+                last = mark - at
+                marks.append(seen)
+                mark += MARK
+            seen += data.count(b"\n", last)
             if nuls:
                 if not data.strip(b"\0"):
                     nuls += len(data)
@@ -326,15 +340,14 @@ def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector) -> 
                     continue
                 sink.skipped += 1
                 junk = False
-                data, at = data[nl + 1:], at + nl + 1
+                line += 1
+                data = data[nl + 1:]
             cut = data.rfind(b"\n")
             if cut >= 0:
                 buf = carry + data[:cut + 1] if carry else data[:cut + 1]
-                _read_lines(buf, base + (carry_at if carry else at), file_pid, sink)
-                carry, carry_at = data[cut + 1:], at + cut + 1
+                line = _read_lines(buf, base + line, file_pid, sink) - base
+                carry = data[cut + 1:]
             else:
-                if not carry:
-                    carry_at = at
                 carry += data
             stripped = carry.rstrip(b"\0")
             if len(stripped) < len(carry):
@@ -345,36 +358,37 @@ def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector) -> 
         sink.skipped += 1
         return True
     if carry.strip():
-        sink.add_text(carry, base + carry_at, file_pid)
+        sink.add_text(carry, base + line, file_pid)
     return bool(carry)
 
 
-def _read_lines(buf: bytes, base: int, file_pid: int | None, sink: _Collector) -> None:
-    """Complete lines (``buf`` ends with a newline) into ``sink``."""
-    ends = [m.end() for m in _NL.finditer(buf)]
-    starts = [0, *islice(ends, len(ends) - 1)]
+def _read_lines(buf: bytes, first: int, file_pid: int | None, sink: _Collector) -> int:
+    """Complete lines (``buf`` ends with a newline; ``first``: the first one's reference) into
+    ``sink``; returns the reference of the line after them."""
+    count = buf.count(b"\n")
     try:
         objs = _DECODER.decode_lines(buf)
     except _DECODE_ERRORS:
         objs = None
-    if (objs is not None and len(objs) == len(ends) and not _TWO_ON_A_LINE.search(buf)
+    if (objs is not None and len(objs) == count and not _TWO_ON_A_LINE.search(buf)
             and max(map(add, [o.address for o in objs], [o.size for o in objs]), default=0) < _U64):
         pids = {o.pid for o in objs}
         if len(pids) == 1 or pids == {msgspec.UNSET, file_pid}:
             pid = pids.pop()
             sink.add_lines(file_pid if pid is msgspec.UNSET or pid == file_pid else pid, objs,
-                           map(base.__add__, starts))
-            return
+                           range(first, first + count))
+            return first + count
         groups: dict[Any, tuple[list[_Line], list[int]]] = {}
-        for o, start in zip(objs, starts):  # several processes in one file: a hand-made ledger
+        for ref, o in enumerate(objs, first):  # several processes in one file: a hand-made ledger
             g = groups.setdefault(file_pid if o.pid is msgspec.UNSET else o.pid, ([], []))
             g[0].append(o)
-            g[1].append(base + start)
-        for pid, (os_, refs) in groups.items():
-            sink.add_lines(pid, os_, refs)
-        return
-    for start, end in zip(starts, ends):  # a bad line somewhere in this chunk: line by line
-        line = buf[start:end]
+            g[1].append(ref)
+        for pid, (got, refs) in groups.items():
+            sink.add_lines(pid, got, refs)
+        return first + count
+    lines = buf.split(b"\n")
+    lines.pop()  # after the last newline: nothing
+    for ref, line in enumerate(lines, first):  # a bad line in this chunk: line by line
         if not line.strip():
             continue
         try:
@@ -382,58 +396,71 @@ def _read_lines(buf: bytes, base: int, file_pid: int | None, sink: _Collector) -
         except _DECODE_ERRORS:
             o = None
         if o is None or o.address + o.size >= _U64:
-            sink.add_text(line, base + start, file_pid)
+            sink.add_text(line, ref, file_pid)
         else:
-            sink.add_lines(file_pid if o.pid is msgspec.UNSET else o.pid, [o], [base + start])
+            sink.add_lines(file_pid if o.pid is msgspec.UNSET else o.pid, [o], [ref])
+    return first + count
 
 
 # --- the record store: a whole record, read back when shown ---------------------------------------
 
 class RecordStore:
-    """Whole records by reference: a file's line at its byte offset, or a record given in memory.
+    """Whole records by reference: a file's line by its number, or a record given in memory.
 
     Mapping shows a handful of records per verdict (the allocation, its free, the launches); the
-    rest of a million-line ledger is never held. Files are only read.
+    rest of a million-line ledger is never held. Files are only read. A line is found again from
+    the file's marks (lines before every :data:`MARK` bytes): one read of a few KiB.
     """
 
     def __init__(self) -> None:
-        self.files: list[tuple[Path, int | None]] = []
+        self.files: list[tuple[Path, int | None, array]] = []
         self.memory: list[dict[str, Any]] = []
         self._fds: dict[int, int] = {}
         self._cache: dict[int, dict[str, Any]] = {}
         self._finalizer = weakref.finalize(self, _close_all, self._fds)
 
-    def add_file(self, path: Path, file_pid: int | None) -> int:
-        self.files.append((path, file_pid))
-        return len(self.files)
+    def add_file(self, path: Path, file_pid: int | None) -> tuple[int, array]:
+        marks = array("q")
+        self.files.append((path, file_pid, marks))
+        return len(self.files), marks
 
     def get(self, ref: int) -> dict[str, Any]:
-        fid = ref >> _OFFSET_BITS
+        fid = ref >> _REF_BITS
         if fid == 0:
             return self.memory[ref]
         got = self._cache.get(ref)
         if got is None:
-            got = self._read(fid, ref & _OFFSET_MASK)
+            got = self._read(fid, ref & _REF_MASK)
             if len(self._cache) >= 4096:
                 self._cache.clear()
             self._cache[ref] = got
         return got
 
-    def _read(self, fid: int, offset: int) -> dict[str, Any]:
-        path, file_pid = self.files[fid - 1]
+    def _line(self, fid: int, number: int) -> bytes:
+        path, _pid, marks = self.files[fid - 1]
         fd = self._fds.get(fid)
+        if fd is None:
+            if len(self._fds) >= 64:
+                os.close(self._fds.pop(next(iter(self._fds))))
+            fd = self._fds[fid] = os.open(path, os.O_RDONLY)
+        m = max(0, bisect.bisect_left(marks, number) - 1)  # lines before mark m: fewer than number
+        skip = number - marks[m] if number else 0
+        offset = m * MARK if number else 0
+        data = b""
+        while True:
+            more = os.pread(fd, 2 * MARK, offset + len(data))
+            data += more
+            if len(more) < 2 * MARK or data.count(b"\n") > skip:
+                break
+        parts = data.split(b"\n", skip + 1)
+        if len(parts) <= skip:
+            raise OSError(f"line {number + 1} is not there any more")
+        return parts[skip]
+
+    def _read(self, fid: int, number: int) -> dict[str, Any]:
+        path, file_pid, _marks = self.files[fid - 1]
         try:
-            if fd is None:
-                if len(self._fds) >= 64:
-                    os.close(self._fds.pop(next(iter(self._fds))))
-                fd = self._fds[fid] = os.open(path, os.O_RDONLY)
-            data = b""
-            while True:
-                more = os.pread(fd, 8192, offset + len(data))
-                data += more
-                if len(more) < 8192 or b"\n" in more:
-                    break
-            rec = json.loads(data.split(b"\n", 1)[0].rstrip(b"\0").decode("utf-8", "replace"))
+            rec = json.loads(self._line(fid, number).rstrip(b"\0").decode("utf-8", "replace"))
         except (OSError, ValueError) as exc:
             raise InputError(f"ledger file {path} changed while it was being mapped ({exc})",
                              fix="map again (a ledger being written is read as far as it went)") from exc
@@ -836,8 +863,8 @@ def load_ledger(source: Path | Iterable[Path]) -> Ledger:
     torn: list[str] = []
     for path in files:
         file_pid = _pid_from_name(path)
-        fid = store.add_file(path, file_pid)
-        if _read_file(path, fid, file_pid, sink):
+        fid, marks = store.add_file(path, file_pid)
+        if _read_file(path, fid, file_pid, sink, marks):
             torn.append(str(path))
     return _finish(sink, store, tuple(str(p) for p in files), tuple(torn))
 
