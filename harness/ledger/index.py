@@ -256,12 +256,12 @@ class LevelIndex:
     def __init__(self, addr: Sequence[int], end: Sequence[int], r0: Sequence[int],
                  r1: Sequence[int], lives: Sequence[int], limit: int) -> None:
         order = sorted(range(len(addr)), key=addr.__getitem__)  # stable: time order per start
-        take = order.__iter__
-        self.addr = array("Q", map(addr.__getitem__, take()))
-        self.end = array("Q", map(end.__getitem__, take()))
-        self.r0 = array("q", map(r0.__getitem__, take()))
-        self.r1 = array("q", map(r1.__getitem__, take()))
-        self.lives = array("q", map(lives.__getitem__, take()))
+        self.addr = array("Q", [addr[i] for i in order])
+        self.end = array("Q", [end[i] for i in order])
+        self.r0 = array("q", [r0[i] for i in order])
+        self.r1 = array("q", [r1[i] for i in order])
+        self.lives = array("q", order if isinstance(lives, range) and lives.start == 0 and lives.step == 1
+                           else [lives[i] for i in order])
         self.limit = limit
         n = len(self.addr)
         a = self.addr
@@ -279,6 +279,10 @@ class LevelIndex:
 
     def __len__(self) -> int:
         return len(self.addr)
+
+    def build(self) -> None:
+        """Make the trees now (a forked reader does, so its parent does not have to)."""
+        _ = self.end_tree, self.r0_tree, self.r1_tree
 
     # lazily built structures -----------------------------------------------------------------
     @property

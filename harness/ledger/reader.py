@@ -25,7 +25,9 @@ import bisect
 import dataclasses
 import json
 import os
+import pickle
 import re
+import threading
 import weakref
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
+from msgspec.structs import astuple
 
 from faulthunt.errors import InputError
 from faulthunt.ledger.index import LevelIndex
@@ -96,7 +99,7 @@ class _Line(msgspec.Struct, gc=False, tag_field="event", kw_only=True):
 _ADDRESS = Annotated[int, msgspec.Meta(ge=0)]  # and < 2**64: checked per chunk
 
 
-class _AllocLine(_Line, tag=EVENT_ALLOC):
+class _AllocLine(_Line, tag=EVENT_ALLOC, kw_only=True):
     code: ClassVar[int] = _ALLOC
     address: _ADDRESS
     size: _ADDRESS
@@ -104,35 +107,42 @@ class _AllocLine(_Line, tag=EVENT_ALLOC):
     x: str | None = msgspec.field(default=None, name="source")
 
 
-class _FreeLine(_Line, tag=EVENT_FREE):
+class _FreeLine(_Line, tag=EVENT_FREE, kw_only=True):
     code: ClassVar[int] = _FREE
     address: _ADDRESS
     size: int = msgspec.field(default=0, name=_UNREAD + "size")
-    kind: str | None = None
-    x: str | None = msgspec.field(default=None, name="phase")
+    # other kinds and phases are legal (a free of an unknown kind may close either level): such
+    # a line goes the slow way, through json
+    kind: Literal["device", "segment", "block"] | None = None
+    x: Literal["requested", "completed"] | None = msgspec.field(default=None, name="phase")
 
 
-class _LaunchLine(_Line, tag=EVENT_LAUNCH):
+class _LaunchLine(_Line, tag=EVENT_LAUNCH, kw_only=True):
     code: ClassVar[int] = _LAUNCH
+    address: int = msgspec.field(default=0, name=_UNREAD + "address")
+    size: int = msgspec.field(default=0, name=_UNREAD + "size")
+    kind: None = msgspec.field(default=None, name=_UNREAD + "kind")
     x: str = msgspec.field(name="kernel")
-    address: int = msgspec.field(default=0, name=_UNREAD + "address")
-    size: int = msgspec.field(default=0, name=_UNREAD + "size")
-    kind: None = msgspec.field(default=None, name=_UNREAD + "kind")
 
 
-class _SyncLine(_Line, tag=EVENT_SYNC):
+class _SyncLine(_Line, tag=EVENT_SYNC, kw_only=True):
     code: ClassVar[int] = _SYNC
-    x: None = msgspec.field(default=None, name=_UNREAD + "x")
     address: int = msgspec.field(default=0, name=_UNREAD + "address")
     size: int = msgspec.field(default=0, name=_UNREAD + "size")
     kind: None = msgspec.field(default=None, name=_UNREAD + "kind")
+    x: None = msgspec.field(default=None, name=_UNREAD + "x")
 
 
-class _NoteLine(_SyncLine, tag=EVENT_NOTE):
+class _NoteLine(_SyncLine, tag=EVENT_NOTE, kw_only=True):
     code: ClassVar[int] = _OTHER
 
 
+_LINES = (_AllocLine, _FreeLine, _LaunchLine, _SyncLine, _NoteLine)
 _DECODER = msgspec.json.Decoder(_AllocLine | _FreeLine | _LaunchLine | _SyncLine | _NoteLine)
+_CODE_OF = {cls: cls.code for cls in _LINES}
+# every kind of line has its fields in this order, so a chunk becomes columns in one zip
+assert all(tuple(cls.__struct_fields__) == ("t", "pid", "t_mono", "address", "size", "kind", "x")
+           for cls in _LINES)
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
 
 
@@ -164,8 +174,10 @@ class _Collector:
         self.pids: dict[int | None, _Columns] = {}
         self.records = 0
         self.skipped = 0
-        self.problems: list[str] = []
+        #: (file number, why) of the first few records skipped for a reason, in file order
+        self.problems: list[tuple[int, str]] = []
         self.skipped_by: dict[str, int] = {}
+        self.file_index = 0
         self._strings: dict[Any, Any] = {}
 
     def columns(self, pid: int | None) -> _Columns:
@@ -177,7 +189,7 @@ class _Collector:
     def problem(self, why: str) -> None:
         self.skipped += 1
         if len(self.problems) < 5:
-            self.problems.append(why)
+            self.problems.append((self.file_index, why))
         key = why if len(self.skipped_by) < 50 or why in self.skipped_by else "other"
         self.skipped_by[key] = self.skipped_by.get(key, 0) + 1
 
@@ -218,22 +230,22 @@ class _Collector:
             return self._strings.setdefault(s, s)
         return s
 
-    def add_lines(self, pid: int | None, objs: list[_Line], refs: Iterable[int]) -> None:
-        """Decoded lines of one process, in file order, as columns (no loop over records here)."""
+    def add_lines(self, pid: int | None, objs: list[_Line], refs: Iterable[int],
+                  fields: list[tuple[Any, ...]] | None = None) -> None:
+        """Decoded lines of one process, in file order, as columns (no loop over records here;
+        ``fields``: the lines' fields as columns, when the caller has them already). Kinds and
+        phases are msgspec's literals (shared objects); sources and kernels are interned."""
         cols = self.columns(pid)
         first = len(cols.t)
-        ts = [o.t for o in objs]
-        cols.t.fromlist(ts)
-        cols.ev.frombytes(bytes([o.code for o in objs]))
+        ts, _pids, tms, addrs, sizes, kinds, xs = fields or _fields(objs)
+        cols.t.fromlist(list(ts))
+        cols.ev.frombytes(bytes(map(_CODE_OF.__getitem__, map(type, objs))))
         cols.ref.extend(refs)
-        cols.addr.fromlist([o.address for o in objs])
-        cols.size.fromlist([o.size for o in objs])
+        cols.addr.fromlist(list(addrs))
+        cols.size.fromlist(list(sizes))
         strings = self._strings.setdefault
-        kinds = [o.kind for o in objs]
-        xs = [o.x for o in objs]
-        cols.kind.extend(map(strings, kinds, kinds))
+        cols.kind.extend(kinds)
         cols.x.extend(map(strings, xs, xs))
-        tms = [o.t_mono for o in objs]
         if tms.count(None) < len(tms):
             t, k, tm = min(compress(zip(ts, range(first, first + len(ts)), tms), map(_is_not_none, tms)))
             if cols.mono is None or t < cols.mono[0]:
@@ -253,6 +265,11 @@ class _Collector:
         if file_pid is not None and "pid" not in rec:
             rec["pid"] = file_pid
         self.add_dict(rec, ref)
+
+
+def _fields(objs: list[_Line]) -> list[tuple[Any, ...]]:
+    """Decoded lines as columns: t, pid, t_mono, address, size, kind, x."""
+    return list(zip(*map(astuple, objs)))
 
 
 def _is_not_none(v: Any) -> bool:
@@ -370,13 +387,17 @@ def _read_lines(buf: bytes, first: int, file_pid: int | None, sink: _Collector) 
         objs = _DECODER.decode_lines(buf)
     except _DECODE_ERRORS:
         objs = None
-    if (objs is not None and len(objs) == count and not _TWO_ON_A_LINE.search(buf)
-            and max(map(add, [o.address for o in objs], [o.size for o in objs]), default=0) < _U64):
-        pids = {o.pid for o in objs}
+    fields = None
+    if objs is not None and len(objs) == count and count and not _TWO_ON_A_LINE.search(buf):
+        fields = _fields(objs)
+        if max(fields[3]) + max(fields[4]) >= _U64:
+            fields = None
+    if fields is not None:
+        pids = set(fields[1])
         if len(pids) == 1 or pids == {msgspec.UNSET, file_pid}:
             pid = pids.pop()
             sink.add_lines(file_pid if pid is msgspec.UNSET or pid == file_pid else pid, objs,
-                           range(first, first + count))
+                           range(first, first + count), fields)
             return first + count
         groups: dict[Any, tuple[list[_Line], list[int]]] = {}
         for ref, o in enumerate(objs, first):  # several processes in one file: a hand-made ledger
@@ -849,24 +870,150 @@ def _pid_from_name(path: Path) -> int | None:
 def _finish(sink: _Collector, store: RecordStore, files: tuple[str, ...] = (),
             torn: tuple[str, ...] = ()) -> Ledger:
     pids = {pid: _replay(pid, cols, store) for pid, cols in sink.pids.items() if len(cols.t)}
-    return Ledger(pids, sink.records, sink.skipped, torn, files, tuple(sink.problems), dict(sink.skipped_by))
+    return Ledger(pids, sink.records, sink.skipped, torn, files,
+                  tuple(why for _f, why in sink.problems), dict(sink.skipped_by))
 
 
-def load_ledger(source: Path | Iterable[Path]) -> Ledger:
+#: ledgers at least this large are read by several processes (one per core, a file each)
+PARALLEL_BYTES = 16 << 20
+#: environment: how many processes read a ledger (1: this process only)
+JOBS_ENV = "FAULTHUNT_MAP_JOBS"
+
+
+def load_ledger(source: Path | Iterable[Path], *, jobs: int | None = None) -> Ledger:
     """Load a ledger directory (every ``*.jsonl``) or files; malformed lines are skipped, counted.
 
     A record without ``pid`` takes it from its file name (``<pid>.jsonl``). Files are only read.
+    ``jobs``: processes that read files side by side (default: one per core for a ledger of
+    :data:`PARALLEL_BYTES` or more in several files, else 1; :data:`JOBS_ENV` overrides).
     """
     files = _ledger_files(source)
-    sink = _Collector()
     store = RecordStore()
-    torn: list[str] = []
     for path in files:
-        file_pid = _pid_from_name(path)
-        fid, marks = store.add_file(path, file_pid)
+        store.add_file(path, _pid_from_name(path))
+    jobs = _jobs(files) if jobs is None else jobs
+    if jobs > 1:
+        got = _load_forked(files, store, jobs)
+        if got is not None:
+            return got
+    sink, torn = _read_files(store, range(1, len(files) + 1))
+    return _finish(sink, store, tuple(str(p) for p in files), tuple(str(files[f - 1]) for f in torn))
+
+
+def _read_files(store: RecordStore, fids: Iterable[int]) -> tuple[_Collector, list[int]]:
+    sink = _Collector()
+    torn = []
+    for fid in fids:
+        path, file_pid, marks = store.files[fid - 1]
+        sink.file_index = fid
         if _read_file(path, fid, file_pid, sink, marks):
-            torn.append(str(path))
-    return _finish(sink, store, tuple(str(p) for p in files), tuple(torn))
+            torn.append(fid)
+    return sink, torn
+
+
+def _jobs(files: list[Path]) -> int:
+    env = os.environ.get(JOBS_ENV, "")
+    if env.isdigit():
+        return max(1, int(env))
+    if len(files) < 2 or not hasattr(os, "fork") or threading.active_count() > 1:
+        return 1  # forking a process with other threads running can deadlock the child
+    try:
+        if sum(p.stat().st_size for p in files) < PARALLEL_BYTES:
+            return 1
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    except OSError:
+        return 1
+    return min(len(files), cores, 8)
+
+
+def _load_forked(files: list[Path], store: RecordStore, jobs: int) -> Ledger | None:
+    """Read and index files in ``jobs`` forked processes (each whole files, balanced by size),
+    results back through pipes; None when a process failed or a pid spans two of them (then the
+    caller reads everything itself, the same way)."""
+    sizes = []
+    for p in files:
+        try:
+            sizes.append(p.stat().st_size)
+        except OSError:
+            sizes.append(0)
+    bins: list[list[int]] = [[] for _ in range(jobs)]
+    load = [0] * jobs
+    for fid in sorted(range(1, len(files) + 1), key=lambda f: -sizes[f - 1]):
+        k = load.index(min(load))
+        bins[k].append(fid)
+        load[k] += sizes[fid - 1]
+    children = []
+    for fids in bins:
+        if not fids:
+            continue
+        fids.sort()
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child, which reports through the pipe
+            status = 1
+            try:
+                os.close(r)
+                with os.fdopen(w, "wb") as out:
+                    pickle.dump(_load_bin(store, fids), out, protocol=pickle.HIGHEST_PROTOCOL)
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(w)
+        children.append((child, r))
+    results = []
+    for child, r in children:
+        try:
+            with os.fdopen(r, "rb") as fh:
+                results.append(pickle.load(fh))
+        except (EOFError, pickle.UnpicklingError, OSError):
+            results.append(None)
+        os.waitpid(child, 0)
+    if any(got is None for got in results):
+        return None
+    pids: dict[int | None, PidLedger] = {}
+    records = skipped = 0
+    problems: list[tuple[int, str]] = []
+    skipped_by: dict[str, int] = {}
+    torn: list[int] = []
+    for marks, got_pids, counts, got_problems, got_by, got_torn in results:
+        if set(got_pids) & set(pids):
+            return None  # one process's records in files read apart: replay them together
+        for fid, m in marks.items():
+            path, file_pid, _old = store.files[fid - 1]
+            store.files[fid - 1] = (path, file_pid, m)
+        for pl in got_pids.values():
+            _attach(pl, store)
+        pids.update(got_pids)
+        records += counts[0]
+        skipped += counts[1]
+        problems.extend(got_problems)
+        for why, n in got_by.items():
+            skipped_by[why] = skipped_by.get(why, 0) + n
+        torn.extend(got_torn)
+    problems.sort(key=lambda p: p[0])
+    return Ledger(pids, records, skipped, tuple(str(files[f - 1]) for f in sorted(torn)),
+                  tuple(str(p) for p in files), tuple(why for _f, why in problems[:5]), skipped_by)
+
+
+def _load_bin(store: RecordStore, fids: list[int]) -> tuple[Any, ...]:
+    """A forked reader's part: its files read, replayed and indexed (trees built here too)."""
+    sink, torn = _read_files(store, fids)
+    pids = {pid: _replay(pid, cols, store) for pid, cols in sink.pids.items() if len(cols.t)}
+    for pl in pids.values():
+        for level in (pl.containers, pl.blocks):
+            level.index.build()
+        _attach(pl, None)
+    marks = {fid: store.files[fid - 1][2] for fid in fids}
+    return (marks, pids, (sink.records, sink.skipped), sink.problems, sink.skipped_by, torn)
+
+
+def _attach(pl: PidLedger, store: RecordStore | None) -> None:
+    """Point a process's record views at ``store`` (None: detached, to send to another process)."""
+    for level in (pl.containers, pl.blocks):
+        level.store = store  # type: ignore[assignment]
+    for seq in (pl.launches, pl.records):
+        if isinstance(seq, _LazyRecords):
+            seq._store = store  # type: ignore[assignment]
 
 
 def build_ledger(records: Iterable[dict[str, Any]], *, skipped: int = 0,
