@@ -426,11 +426,13 @@ def map_address(ledger: Ledger, address: int, *, pid: int | None = None, at: flo
 # --- a whole run ------------------------------------------------------------------------------
 
 
-def map_each(ledger: Ledger, queries: Iterable[tuple[int, int | None]], *, at: float | None = None,
+def map_each(ledger: Ledger, queries: Iterable[tuple[Any, ...]], *, at: float | None = None,
              page: bool = False) -> Iterator[Verdict]:
-    """:func:`map_address` for each ``(address, pid)``, one verdict at a time."""
-    for address, pid in queries:
-        yield map_address(ledger, address, pid=pid, at=at, page=page)
+    """:func:`map_address` for each ``(address, pid)`` or ``(address, pid, at)`` (an ``at`` of
+    None: the ``at`` given here), one verdict at a time."""
+    for q in queries:
+        when = q[2] if len(q) > 2 and q[2] is not None else at
+        yield map_address(ledger, q[0], pid=q[1], at=when, page=page)
 
 
 def _kernel_matches(recorded: str, named: str) -> bool:

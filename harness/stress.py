@@ -499,6 +499,10 @@ def _finish_run(run_dir: Path, opts: StressOptions, run_info: dict[str, Any],
                                    found_something, pci_map_of_run, read_run_records,
                                    visible_of_run)
 
+    # The collector finishing its own data: cut the unwritten reserve off the ledger files of
+    # workers that died (a worker that exits cuts its own); everything after this only reads.
+    from faulthunt.ledger.writer import seal_dead
+    seal_dead(run_dir / Layout.LEDGER_DIR)
     records, controller, live_recorded, skipped = read_run_records(run_dir)
     if xids is None:
         xids = live_recorded  # e.g. a file: source that could not be followed: keep what we have

@@ -178,12 +178,15 @@ class _Collector:
         self.problems: list[tuple[int, str]] = []
         self.skipped_by: dict[str, int] = {}
         self.file_index = 0
+        #: pid -> the file its first record was in (the order pids are tried in without --pid)
+        self.first_file: dict[int | None, int] = {}
         self._strings: dict[Any, Any] = {}
 
     def columns(self, pid: int | None) -> _Columns:
         cols = self.pids.get(pid)
         if cols is None:
             cols = self.pids[pid] = _Columns()
+            self.first_file[pid] = self.file_index
         return cols
 
     def problem(self, why: str) -> None:
@@ -975,7 +978,8 @@ def _load_forked(files: list[Path], store: RecordStore, jobs: int) -> Ledger | N
     problems: list[tuple[int, str]] = []
     skipped_by: dict[str, int] = {}
     torn: list[int] = []
-    for marks, got_pids, counts, got_problems, got_by, got_torn in results:
+    first: dict[int | None, tuple[int, int]] = {}
+    for marks, got_pids, counts, got_problems, got_by, got_torn, got_first in results:
         if set(got_pids) & set(pids):
             return None  # one process's records in files read apart: replay them together
         for fid, m in marks.items():
@@ -984,6 +988,7 @@ def _load_forked(files: list[Path], store: RecordStore, jobs: int) -> Ledger | N
         for pl in got_pids.values():
             _attach(pl, store)
         pids.update(got_pids)
+        first.update((pid, (f, k)) for k, (pid, f) in enumerate(got_first.items()))
         records += counts[0]
         skipped += counts[1]
         problems.extend(got_problems)
@@ -991,6 +996,7 @@ def _load_forked(files: list[Path], store: RecordStore, jobs: int) -> Ledger | N
             skipped_by[why] = skipped_by.get(why, 0) + n
         torn.extend(got_torn)
     problems.sort(key=lambda p: p[0])
+    pids = {pid: pids[pid] for pid in sorted(pids, key=first.__getitem__)}  # as one reader orders them
     return Ledger(pids, records, skipped, tuple(str(files[f - 1]) for f in sorted(torn)),
                   tuple(str(p) for p in files), tuple(why for _f, why in problems[:5]), skipped_by)
 
@@ -1004,7 +1010,8 @@ def _load_bin(store: RecordStore, fids: list[int]) -> tuple[Any, ...]:
             level.index.build()
         _attach(pl, None)
     marks = {fid: store.files[fid - 1][2] for fid in fids}
-    return (marks, pids, (sink.records, sink.skipped), sink.problems, sink.skipped_by, torn)
+    first = {pid: sink.first_file[pid] for pid in pids}
+    return (marks, pids, (sink.records, sink.skipped), sink.problems, sink.skipped_by, torn, first)
 
 
 def _attach(pl: PidLedger, store: RecordStore | None) -> None:

@@ -455,6 +455,8 @@ def run_sanitize(run_dir: Path | None, *, tool: str = "memcheck", timeout: float
             flush(False)
 
     ordered = order_findings(findings)
+    from faulthunt.ledger.writer import seal_dead  # the rerun's dead workers: this stage collected them
+    seal_dead(rerun_dir / "ledger")
     note = _map_addresses(run_dir, ordered)
     if note:
         notes.append(note)
