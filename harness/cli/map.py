@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                  if ledger.torn_files else ""), file=sys.stderr)
     if args.addresses_from is None:  # addresses on the command line: one error stops it, as before
         for v in map_each(ledger, queries, page=args.page):
-            print(json.dumps(v.to_json()) if args.json else render(v.to_json()), flush=True)
+            print(_json(v.to_json()) if args.json else render(v.to_json()), flush=True)
         return 0
     return _map_batch(ledger, queries, args.page, args.json, sys.stdout)
 
@@ -80,7 +80,7 @@ def _map_batch(ledger: Any, queries: list[tuple[int, int | None, float | None]],
         except InputError as exc:
             failed += 1
             got = {"address": hex(address), "pid": pid, "verdict": None, "reason": exc.message}
-        write((json.dumps(got) if as_json else render(got)) + "\n")
+        write((_json(got) if as_json else render(got)) + "\n")
     out.flush()
     if failed:
         print(f"faulthunt map: {failed} of {len(queries)} address(es) could not be mapped (see their reason)",
@@ -124,6 +124,16 @@ def parse_queries(lines: Iterable[str], name: str, pid: int | None,
                              fix="one address a line, optionally its pid and the fault time: "
                                  "0x7f7d_dbe00000 4242 1764683340.25 ('-' for none)") from None
         yield address, p, t
+
+
+def _json(obj: dict[str, Any]) -> str:
+    """One verdict as a JSON line (msgspec: several times faster than json for 10,000 verdicts)."""
+    import msgspec
+
+    try:
+        return msgspec.json.encode(obj).decode()
+    except (TypeError, msgspec.EncodeError):
+        return json.dumps(obj, default=str)
 
 
 def _emit_run(entries: list[dict[str, Any]], path: Path, as_json: bool, out: IO[str]) -> None:

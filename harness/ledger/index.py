@@ -258,8 +258,9 @@ class LevelIndex:
         order = sorted(range(len(addr)), key=addr.__getitem__)  # stable: time order per start
         self.addr = array("Q", [addr[i] for i in order])
         self.end = array("Q", [end[i] for i in order])
-        self.r0 = array("q", [r0[i] for i in order])
-        self.r1 = array("q", [r1[i] for i in order])
+        rank = "i" if limit < 1 << 31 else "q"  # ranks fit in 32 bits unless 2**31 records
+        self.r0 = array(rank, [r0[i] for i in order])
+        self.r1 = array(rank, [r1[i] for i in order])
         self.lives = array("q", order if isinstance(lives, range) and lives.start == 0 and lives.step == 1
                            else [lives[i] for i in order])
         self.limit = limit
@@ -294,13 +295,14 @@ class LevelIndex:
     @property
     def r0_tree(self) -> Tree:
         if self._r0_tree is None:
-            self._r0_tree = Tree(self.r0, min, 1 << 62, "q")
+            self._r0_tree = Tree(self.r0, min, (1 << 31) - 1 if self.r0.typecode == "i" else 1 << 62,
+                                 self.r0.typecode)
         return self._r0_tree
 
     @property
     def r1_tree(self) -> Tree:
         if self._r1_tree is None:
-            self._r1_tree = Tree(self.r1, max, -1, "q")
+            self._r1_tree = Tree(self.r1, max, -1, self.r1.typecode)
         return self._r1_tree
 
     @property

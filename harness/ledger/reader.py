@@ -144,6 +144,9 @@ _CODE_OF = {cls: cls.code for cls in _LINES}
 assert all(tuple(cls.__struct_fields__) == ("t", "pid", "t_mono", "address", "size", "kind", "x")
            for cls in _LINES)
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
+_ANY = msgspec.json.Decoder()
+#: whole records kept once read back (a verdict shows the same allocations and launches again)
+CACHED_RECORDS = 16384
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -455,9 +458,11 @@ class RecordStore:
         got = self._cache.get(ref)
         if got is None:
             got = self._read(fid, ref & _REF_MASK)
-            if len(self._cache) >= 4096:
-                self._cache.clear()
-            self._cache[ref] = got
+            cache = self._cache
+            if len(cache) >= CACHED_RECORDS:  # the older half goes (verdicts reuse recent ones)
+                for old in list(islice(cache, CACHED_RECORDS // 2)):
+                    del cache[old]
+            cache[ref] = got
         return got
 
     def _line(self, fid: int, number: int) -> bytes:
@@ -484,7 +489,11 @@ class RecordStore:
     def _read(self, fid: int, number: int) -> dict[str, Any]:
         path, file_pid, _marks = self.files[fid - 1]
         try:
-            rec = json.loads(self._line(fid, number).rstrip(b"\0").decode("utf-8", "replace"))
+            line = self._line(fid, number).rstrip(b"\0")
+            try:  # the same dict json gives, faster; json itself for what msgspec refuses (NaN)
+                rec = _ANY.decode(line)
+            except _DECODE_ERRORS:
+                rec = json.loads(line.decode("utf-8", "replace"))
         except (OSError, ValueError) as exc:
             raise InputError(f"ledger file {path} changed while it was being mapped ({exc})",
                              fix="map again (a ledger being written is read as far as it went)") from exc
@@ -612,6 +621,7 @@ class Level:
         self.times = times
         self.store = store
         self.index = LevelIndex(addr, end, lives.r0, lives.r1, range(len(addr)), len(times))
+        lives.r0 = lives.r1 = array("q")  # the index has them, in its own order
         self._views: dict[int, Life] = {}
 
     def __len__(self) -> int:

@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchrows import Row, Samples, command, paired
+from benchrows import Row, command, paired
 
 PIDS = 8
 BASE = 0x7F00_0000_0000
@@ -270,4 +268,3 @@ if __name__ == "__main__":  # python scripts/benchrows/mapper.py SHAPE N DIR: wr
     got = make_ledger(where, shape, n)
     (where.parent / f"{where.name}.probes.json").write_text(json.dumps(got))
     print(f"{n} records, {len(got)} probes, {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    _ = os, resource
