@@ -27,7 +27,7 @@ import bisect
 from array import array
 from collections.abc import Callable, Sequence
 from itertools import compress, islice
-from operator import ne
+from operator import le, ne
 
 #: node visits a pruned descent may spend before the exact stabbing index takes over
 DESCENT_BUDGET = 96
@@ -255,14 +255,21 @@ class LevelIndex:
 
     def __init__(self, addr: Sequence[int], end: Sequence[int], r0: Sequence[int],
                  r1: Sequence[int], lives: Sequence[int], limit: int) -> None:
-        order = sorted(range(len(addr)), key=addr.__getitem__)  # stable: time order per start
-        self.addr = array("Q", [addr[i] for i in order])
-        self.end = array("Q", [end[i] for i in order])
         rank = "i" if limit < 1 << 31 else "q"  # ranks fit in 32 bits unless 2**31 records
-        self.r0 = array(rank, [r0[i] for i in order])
-        self.r1 = array(rank, [r1[i] for i in order])
-        self.lives = array("q", order if isinstance(lives, range) and lives.start == 0 and lives.step == 1
-                           else [lives[i] for i in order])
+        if all(map(le, addr, islice(addr, 1, None))):  # allocated upwards (a bump allocator)
+            self.addr = array("Q", addr)
+            self.end = array("Q", end)
+            self.r0 = array(rank, r0)
+            self.r1 = array(rank, r1)
+            self.lives = array("q", lives)
+        else:
+            order = sorted(range(len(addr)), key=addr.__getitem__)  # stable: time order per start
+            self.addr = array("Q", [addr[i] for i in order])
+            self.end = array("Q", [end[i] for i in order])
+            self.r0 = array(rank, [r0[i] for i in order])
+            self.r1 = array(rank, [r1[i] for i in order])
+            self.lives = array("q", order if isinstance(lives, range) and lives.start == 0 and lives.step == 1
+                               else [lives[i] for i in order])
         self.limit = limit
         n = len(self.addr)
         a = self.addr

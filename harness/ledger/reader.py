@@ -766,8 +766,8 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
     unmatched = _replay_lives(ev, addr, size, kind, x, ref, lives)
     levels = []
     for which, lv in enumerate(lives):
-        a = array("Q", map(addr.__getitem__, lv.r0))
-        e = array("Q", map(add, a, map(size.__getitem__, lv.r0)))
+        a = array("Q", [addr[r] for r in lv.r0])
+        e = array("Q", map(add, a, [size[r] for r in lv.r0]))
         levels.append(Level(which, lv, a, e, times, store))
     evs = ev.tobytes()
     at_launch = list(compress(range(n), map(_LAUNCH.__eq__, evs)))
@@ -799,10 +799,11 @@ def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: 
     frees = (lives[0].free, lives[1].free)
     dones = (lives[0].done, lives[1].done)
     upgraded: tuple[dict[int, int], dict[int, int]] = ({}, {})
-    for rank in compress(range(n), map(_ALLOC_OR_FREE.__contains__, ev.tobytes())):
-        addr = addrs[rank]
-        if ev[rank] == _ALLOC:
-            k = kinds[rank]
+    evb = ev.tobytes()
+    mask = bytes(map(_ALLOC_OR_FREE.__contains__, evb))
+    rows = zip(*(compress(col, mask) for col in (range(n), evb, addrs, kinds)))
+    for rank, e, addr, k in rows:
+        if e == _ALLOC:
             level = 1 if k == KIND_BLOCK else 0
             old = live[level].get(addr)
             r0 = r0s[level]
@@ -829,7 +830,6 @@ def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: 
             frees[level].append(-1)
             dones[level].append(-1)
         else:
-            k = kinds[rank]
             levels = (1,) if k == KIND_BLOCK else (0,) if k == KIND_DEVICE or k == KIND_SEGMENT else (0, 1)
             phase = xs[rank]
             for level in levels:
