@@ -140,7 +140,7 @@ class _NoteLine(_SyncLine, tag=EVENT_NOTE, kw_only=True):
 
 _LINES = (_AllocLine, _FreeLine, _LaunchLine, _SyncLine, _NoteLine)
 _DECODER = msgspec.json.Decoder(_AllocLine | _FreeLine | _LaunchLine | _SyncLine | _NoteLine)
-_CODE_OF = {cls: cls.code for cls in _LINES}
+_CODE_OF: dict[type, int] = {cls: cls.code for cls in _LINES}
 # every kind of line has its fields in this order, so a chunk becomes columns in one zip
 assert all(tuple(cls.__struct_fields__) == ("t", "pid", "t_mono", "address", "size", "kind", "x")
            for cls in _LINES)
@@ -306,22 +306,25 @@ def _dict_problem(rec: dict[str, Any]) -> str | None:
     ok = type(t) in _NUM
     if ok and event == EVENT_ALLOC:
         a, n = rec.get("address"), rec.get("size")
-        ok = (type(a) is int and a >= 0 and type(n) is int and n >= 0
-              and rec.get("kind") in _KINDS_OK)
-        if ok and a + n >= _U64:
-            return "allocation beyond the 64-bit address space"
+        if type(a) is int and type(n) is int and a >= 0 and n >= 0 and rec.get("kind") in _KINDS_OK:
+            if a + n >= _U64:
+                return "allocation beyond the 64-bit address space"
+        else:
+            ok = False
     elif ok and event == EVENT_FREE:
         a = rec.get("address")
-        ok = type(a) is int and a >= 0
-        if ok and a >= _U64:
-            return "address beyond the 64-bit address space"
+        if type(a) is int and a >= 0:
+            if a >= _U64:
+                return "address beyond the 64-bit address space"
+        else:
+            ok = False
     elif ok and event == EVENT_LAUNCH:
         ok = type(rec.get("kernel")) is str
     elif ok:
         ok = record_problem(rec) is None
     if ok:
         try:
-            float(t)
+            float(rec["t"])
         except OverflowError:
             return "t out of range"
         return None
@@ -411,7 +414,7 @@ def _read_lines(buf: bytes, first: int, file_pid: int | None, sink: _Collector) 
         fields = _fields(objs)
         if max(fields[3]) + max(fields[4]) >= _U64:
             fields = None
-    if fields is not None:
+    if fields is not None and objs is not None:
         pids = set(fields[1])
         if len(pids) == 1 or pids == {msgspec.UNSET, file_pid}:
             pid = pids.pop()

@@ -36,7 +36,8 @@ from benchrows import Row, command, paired
 PIDS = 8
 BASE = 0x7F00_0000_0000
 STACK = ('["/home/u/proj/tests/test_model.py:88 in test_forward",'
-         '"/home/u/proj/.venv/lib/python3.12/site-packages/numba_cuda/numba/cuda/cudadrv/devicearray.py:120 in __init__"]')
+         '"/home/u/proj/.venv/lib/python3.12/site-packages/numba_cuda/numba/cuda/cudadrv/'
+         'devicearray.py:120 in __init__"]')
 
 
 def _alloc(t: int, pid: int, nid: str, source: str, addr: int, size: int, kind: str) -> str:
