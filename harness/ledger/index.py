@@ -27,7 +27,7 @@ import bisect
 from array import array
 from collections.abc import Callable, Sequence
 from itertools import compress, islice
-from operator import le, ne
+from operator import itemgetter, le, ne
 
 #: node visits a pruned descent may spend before the exact stabbing index takes over
 DESCENT_BUDGET = 96
@@ -264,12 +264,13 @@ class LevelIndex:
             self.lives = array("q", lives)
         else:
             order = sorted(range(len(addr)), key=addr.__getitem__)  # stable: time order per start
-            self.addr = array("Q", [addr[i] for i in order])
-            self.end = array("Q", [end[i] for i in order])
-            self.r0 = array(rank, [r0[i] for i in order])
-            self.r1 = array(rank, [r1[i] for i in order])
+            take = itemgetter(*order)  # one C call per column (several of them are large)
+            self.addr = array("Q", take(addr))
+            self.end = array("Q", take(end))
+            self.r0 = array(rank, take(r0))
+            self.r1 = array(rank, take(r1))
             self.lives = array("q", order if isinstance(lives, range) and lives.start == 0 and lives.step == 1
-                               else [lives[i] for i in order])
+                               else take(lives))
         self.limit = limit
         n = len(self.addr)
         a = self.addr

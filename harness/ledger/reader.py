@@ -33,7 +33,7 @@ import weakref
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress, islice
-from operator import add
+from operator import add, itemgetter
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -771,19 +771,20 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
         times, ev, addr, size, kind, x, ref = ts, cols.ev, cols.addr, cols.size, cols.kind, cols.x, cols.ref
     else:  # CUPTI's activity records arrive after the launches they precede
         order = sorted(range(n), key=ts.__getitem__)  # stable: equal times keep file order
-        times = array("d", map(ts.__getitem__, order))
-        ev = array("b", map(cols.ev.__getitem__, order))
-        addr = array("Q", map(cols.addr.__getitem__, order))
-        size = array("Q", map(cols.size.__getitem__, order))
-        kind = list(map(cols.kind.__getitem__, order))
-        x = list(map(cols.x.__getitem__, order))
-        ref = array("q", map(cols.ref.__getitem__, order))
+        take = itemgetter(*order)  # n > 1 here: one record is always in order
+        times = array("d", take(ts))
+        ev = array("b", take(cols.ev))
+        addr = array("Q", take(cols.addr))
+        size = array("Q", take(cols.size))
+        kind = list(take(cols.kind))
+        x = list(take(cols.x))
+        ref = array("q", take(cols.ref))
     lives = (_LevelLives(), _LevelLives())
     unmatched = _replay_lives(ev, addr, size, kind, x, ref, lives)
     levels = []
     for which, lv in enumerate(lives):
-        a = array("Q", [addr[r] for r in lv.r0])
-        e = array("Q", map(add, a, [size[r] for r in lv.r0]))
+        a = array("Q", _take(addr, lv.r0))
+        e = array("Q", map(add, a, _take(size, lv.r0)))
         levels.append(Level(which, lv, a, e, times, store))
     evs = ev.tobytes()
     at_launch = list(compress(range(n), map(_LAUNCH.__eq__, evs)))
@@ -803,28 +804,36 @@ def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: 
                   xs: Sequence[Any], refs: Sequence[int], lives: tuple[_LevelLives, _LevelLives]) -> int:
     """Alloc and free records in time order -> lives; returns the frees that matched nothing.
 
-    The one loop over records in loading: it only touches alloc and free records and appends
-    four numbers per new life (everything else about a life is read from its record's row).
+    The one loop over records in loading: it only touches alloc and free records, and a new
+    life costs one number (its begin rank): the other columns are made to size beforehand and
+    everything else about a life is read from its record's row.
     """
+    n = len(ev)
+    evb = ev.tobytes()
+    n_alloc = evb.count(_ALLOC)
+    n_block = list(compress(kinds, map(_ALLOC.__eq__, evb))).count(KIND_BLOCK)
+    for lv, cap in zip(lives, (n_alloc - n_block, n_block)):
+        lv.r0 = array("q", bytes(8 * cap))
+        lv.r1 = array("q", [n]) * cap
+        lv.free = array("q", [-1]) * cap
+        lv.done = array("q", [-1]) * cap
+    count = [0, 0]
     live: tuple[dict[int, int], dict[int, int]] = ({}, {})
     closed: tuple[dict[int, int], dict[int, int]] = ({}, {})
-    unmatched = 0
-    n = len(ev)
     r0s = (lives[0].r0, lives[1].r0)
     r1s = (lives[0].r1, lives[1].r1)
     frees = (lives[0].free, lives[1].free)
     dones = (lives[0].done, lives[1].done)
     upgraded: tuple[dict[int, int], dict[int, int]] = ({}, {})
-    evb = ev.tobytes()
+    unmatched = 0
     mask = bytes(map(_ALLOC_OR_FREE.__contains__, evb))
     rows = zip(*(compress(col, mask) for col in (range(n), evb, addrs, kinds)))
     for rank, e, addr, k in rows:
         if e == _ALLOC:
             level = 1 if k == KIND_BLOCK else 0
             old = live[level].get(addr)
-            r0 = r0s[level]
             if old is not None:
-                o = r0[old]
+                o = r0s[level][old]
                 if sizes[o] == sizes[rank]:
                     # The same allocation seen by two sources (CUPTI and a framework hook).
                     src = xs[rank]
@@ -840,40 +849,48 @@ def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: 
                 r1s[level][old] = rank
                 frees[level][old] = _FREED_IMPLIED
                 closed[level][addr] = old
-            live[level][addr] = len(r0)
-            r0.append(rank)
-            r1s[level].append(n)
-            frees[level].append(-1)
-            dones[level].append(-1)
+            i = count[level]
+            count[level] = i + 1
+            live[level][addr] = i
+            r0s[level][i] = rank
+            continue
+        levels = _BLOCKS if k == KIND_BLOCK else _CONTAINERS if k == KIND_DEVICE or k == KIND_SEGMENT else _EITHER
+        for level in levels:
+            life = live[level].pop(addr, None)
+            if life is not None:
+                r1s[level][life] = rank
+                frees[level][life] = refs[rank]
+                phase = xs[rank]
+                if phase is None or phase == PHASE_COMPLETED:
+                    dones[level][life] = rank
+                closed[level][addr] = life
+                break
         else:
-            levels = (1,) if k == KIND_BLOCK else (0,) if k == KIND_DEVICE or k == KIND_SEGMENT else (0, 1)
-            phase = xs[rank]
+            # Deferred driver free after the program's own free: annotate, don't double count.
             for level in levels:
-                life = live[level].pop(addr, None)
-                if life is not None:
-                    r1s[level][life] = rank
-                    frees[level][life] = refs[rank]
-                    if phase is None or phase == PHASE_COMPLETED:
-                        dones[level][life] = rank
-                    closed[level][addr] = life
+                life = closed[level].get(addr)
+                if life is not None and dones[level][life] < 0:
+                    dones[level][life] = rank
                     break
             else:
-                # Deferred driver free after the program's own free: annotate, don't double count.
-                for level in levels:
-                    life = closed[level].get(addr)
-                    if life is not None and dones[level][life] < 0:
-                        dones[level][life] = rank
-                        break
-                else:
-                    unmatched += 1
+                unmatched += 1
     for level, lv in enumerate(lives):
-        lv.ref = array("q", map(refs.__getitem__, lv.r0))
-        lv.kind = array("b", (_KIND_CODE[kinds[r]] for r in lv.r0))
+        m = count[level]
+        for col in (lv.r0, lv.r1, lv.free, lv.done):
+            del col[m:]
+        lv.ref = array("q", _take(refs, lv.r0))
+        lv.kind = array("b", map(_KIND_CODE.__getitem__, _take(kinds, lv.r0)))
         for life in upgraded[level]:
             lv.kind[life] = 1
     return unmatched
 
 
+_BLOCKS, _CONTAINERS, _EITHER = (1,), (0,), (0, 1)
+
+
+def _take(seq: Sequence[Any], idx: Sequence[int]) -> Sequence[Any]:
+    """``[seq[i] for i in idx]`` in one C call."""
+    return itemgetter(*idx)(seq) if len(idx) > 1 else [seq[i] for i in idx]
 _ALLOC_OR_FREE = frozenset((_ALLOC, _FREE))
 
 
