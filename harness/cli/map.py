@@ -55,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if not queries and args.addresses_from is None:
         raise UsageError("no address given", fix="faulthunt map 0x7f7d_dbe00000 --ledger FILE, or --run RUN alone")
     if ledger.skipped:
+        why = "; ".join(f"{reason}: {n}" for reason, n in sorted(ledger.skipped_by.items(),
+                                                                 key=lambda kv: -kv[1])[:3])
         print(f"faulthunt map: skipped {ledger.skipped} malformed ledger line(s)"
               + (f" (torn last line in {len(ledger.torn_files)} file(s): a writer was killed)"
-                 if ledger.torn_files else ""), file=sys.stderr)
+                 if ledger.torn_files else "") + (f" ({why})" if why else ""), file=sys.stderr)
     if args.addresses_from is None:  # addresses on the command line: one error stops it, as before
         for v in map_each(ledger, queries, page=args.page):
             print(_json(v.to_json()) if args.json else render(v.to_json()), flush=True)

@@ -31,7 +31,7 @@ import re
 import threading
 import weakref
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from itertools import compress, islice
 from operator import add, itemgetter
 from pathlib import Path
@@ -994,7 +994,15 @@ def _load_forked(files: list[Path], store: RecordStore, jobs: int) -> Ledger | N
             continue
         fids.sort()
         r, w = os.pipe()
-        child = os.fork()
+        try:
+            child = os.fork()
+        except OSError:  # no process to be had: read here, what the others read is discarded
+            os.close(r)
+            os.close(w)
+            for started, fd in children:
+                os.close(fd)
+                os.waitpid(started, 0)
+            return None
         if child == 0:  # pragma: no cover - runs in the child, which reports through the pipe
             status = 1
             try:
@@ -1094,13 +1102,6 @@ def read_ledger_file(path: Path) -> JsonlRead:
     from faulthunt.rundir import read_jsonl
 
     return read_jsonl(path)
-
-
-def iter_records(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of one ledger file, one at a time (a record without pid takes the file's)."""
-    pid = _pid_from_name(Path(path))
-    for rec in read_ledger_file(Path(path)).records:
-        yield rec if pid is None or "pid" in rec else {**rec, "pid": pid}
 
 
 __all__ = ["Ledger", "PidLedger", "Level", "Life", "RecordStore", "load_ledger", "build_ledger",
