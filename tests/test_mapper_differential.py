@@ -188,7 +188,8 @@ def _write_files(tmp: Path, recs: list[dict[str, Any]], style: int, tail: bytes)
                                                                   HealthCheck.function_scoped_fixture])
 @given(records(), queries(), st.integers(0, 2),
        st.sampled_from([b"", b"\0" * 100, b'{"event": "alloc", "t"', b'{"event":"note","t":9}\0\0',
-                        b"\n\n  \n", b"junk line\n", b'{"event": "x"} {"event": "y"}\n', b"\xff\xfe\n"]))
+                        b"\n\n  \n", b"junk line\n", b'{"event": "x"} {"event": "y"}\n', b"\xff\xfe\n",
+                        b'{"event":"note","t":1.0} {"event":"sync","t":2.0}\n\n']))
 def test_files_read_as_the_old_reader_read_them(tmp_path_factory, recs, qs, style, tail):
     """Through files: file-name pids, compact and spaced JSON, NUL reserves, torn, blank, junk
     and non-UTF-8 lines; the new streaming reader and the old whole-file reader agree."""

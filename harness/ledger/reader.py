@@ -410,7 +410,10 @@ def _read_lines(buf: bytes, first: int, file_pid: int | None, sink: _Collector) 
     except _DECODE_ERRORS:
         objs = None
     fields = None
-    if objs is not None and len(objs) == count and count and not _TWO_ON_A_LINE.search(buf):
+    # Each line must hold exactly one object: every line starting with "{" means none is blank,
+    # so the count can only match if none holds two (else the slower search proves it).
+    if (objs is not None and len(objs) == count and count
+            and (buf.count(b"\n{") + (buf[:1] == b"{") == count or not _TWO_ON_A_LINE.search(buf))):
         fields = _fields(objs)
         if max(fields[3]) + max(fields[4]) >= _U64:
             fields = None
