@@ -466,7 +466,8 @@ def _fault_time_kernel(ledger: Ledger, kernel: str | None) -> tuple[int | None, 
 
 def _safe_load(directory: Path) -> Ledger | None:
     # Read-only: the reader reads past a dead writer's NUL reserve and torn last line, so a
-    # collected run is never changed by mapping it (sealing is the collector's, stress's, job).
+    # collected run is never changed by mapping it (sealing is the collectors' job: stress and the
+    # sanitizer stage, when their run is over).
     if not directory.is_dir() or not any(directory.glob("*.jsonl")):
         return None
     return load_ledger(directory)
