@@ -4,14 +4,15 @@ Read-only: files are opened for reading and never changed. A dead memory-mapped 
 ends in NUL bytes (its unwritten reserve) and perhaps a torn line; both are read past here (the
 NULs ignored, the torn line skipped and counted) instead of cutting the file.
 
-Files are read in chunks and each line is decoded by msgspec into the few fields the replay
-needs (event, time, pid, test, address, size, kind, phase, source, kernel, monotonic time); a
+Files are read in 8 MiB chunks and each line is decoded by msgspec into the few fields the
+replay needs (event, time, pid, address, size, kind, phase, source, kernel, monotonic time); a
 line it cannot decode goes through :mod:`json` and the same checks as a hand-made record, so a
 bad line is skipped and counted with its reason, never fatal. What is kept is columns (arrays),
 not records: a life is a row of :class:`~faulthunt.ledger.index.LevelIndex`, and a whole record
-(its stack, its other fields) is read back from its file at its byte offset only when a verdict
-shows it. Records of unknown events are skipped and counted by reason (``Ledger.skipped_by``);
-unknown sources are ordinary records.
+(its stack, its test, its other fields) is read back from its file by line number only when a
+verdict shows it. Records of unknown events are skipped and counted by reason
+(``Ledger.skipped_by``); unknown sources are ordinary records. A large ledger in several files
+is read by forked processes, a file each (:func:`load_ledger`).
 
 Per process, records are replayed in time order (stable: equal times keep file order) into
 allocation lives: the same allocation seen by two sources (CUPTI and a framework hook) is merged
