@@ -342,7 +342,12 @@ def launches_before(pl: PidLedger, at: float) -> tuple[tuple[dict[str, Any], ...
     if end - start > MAX_LAUNCHES:
         note = f"{end - start} launches since the last synchronization; the newest {MAX_LAUNCHES} are listed"
         start = end - MAX_LAUNCHES
-    return tuple(_launch_json(r) for r in pl.launches[start:end]), since, note
+    got = pl.launch_views.get((start, end))  # addresses of one fault share their launches
+    if got is None:
+        if len(pl.launch_views) > 1024:
+            pl.launch_views.clear()
+        got = pl.launch_views[(start, end)] = tuple(_launch_json(r) for r in pl.launches[start:end])
+    return got, since, note
 
 
 # --- the public mapping --------------------------------------------------------------------

@@ -725,8 +725,10 @@ class PidLedger:
     #: every record in time order, by reference (the test running is read from the record)
     records: Sequence[dict[str, Any]] = ()
     times: Sequence[float] = ()
-    #: the mapper's memo: container life -> is it a framework pool (blocks inside it)?
+    #: the mapper's memos: container life -> is it a framework pool (blocks inside it)?; the
+    #: launches shown for a range of launch numbers
     pools: dict[Any, bool] = dataclasses.field(default_factory=dict)
+    launch_views: dict[tuple[int, int], tuple[dict[str, Any], ...]] = dataclasses.field(default_factory=dict)
 
     def test_at(self, at: float) -> str | None:
         """The test running at ``at``: the nodeid of the last record at or before it."""
