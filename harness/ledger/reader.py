@@ -362,12 +362,14 @@ def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector,
                 break
             at, offset = offset, offset + len(data)
             mark, last = len(marks) * MARK, 0
+            before = seen
             while mark < offset:
                 seen += data.count(b"\n", last, mark - at)
                 last = mark - at
                 marks.append(seen)
                 mark += MARK
             seen += data.count(b"\n", last)
+            lines = seen - before  # newlines in data: the one count of them
             if nuls:
                 if not data.strip(b"\0"):
                     nuls += len(data)
@@ -381,11 +383,12 @@ def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector,
                 sink.skipped += 1
                 junk = False
                 line += 1
+                lines -= 1
                 data = data[nl + 1:]
             cut = data.rfind(b"\n")
             if cut >= 0:
                 buf = carry + data[:cut + 1] if carry else data[:cut + 1]
-                line = _read_lines(buf, base + line, file_pid, sink) - base
+                line = _read_lines(buf, base + line, file_pid, sink, lines) - base
                 carry = data[cut + 1:]
             else:
                 carry += data
@@ -402,19 +405,17 @@ def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector,
     return bool(carry)
 
 
-def _read_lines(buf: bytes, first: int, file_pid: int | None, sink: _Collector) -> int:
-    """Complete lines (``buf`` ends with a newline; ``first``: the first one's reference) into
-    ``sink``; returns the reference of the line after them."""
-    count = buf.count(b"\n")
+def _read_lines(buf: bytes, first: int, file_pid: int | None, sink: _Collector, count: int) -> int:
+    """``count`` complete lines (``buf`` ends with a newline; ``first``: the first one's
+    reference) into ``sink``; returns the reference of the line after them."""
     try:
         objs = _DECODER.decode_lines(buf)
     except _DECODE_ERRORS:
         objs = None
     fields = None
-    # Each line must hold exactly one object: every line starting with "{" means none is blank,
-    # so the count can only match if none holds two (else the slower search proves it).
-    if (objs is not None and len(objs) == count and count
-            and (buf.count(b"\n{") + (buf[:1] == b"{") == count or not _TWO_ON_A_LINE.search(buf))):
+    # One object a line: as many objects as lines, and no line holding two (which a blank line
+    # elsewhere could hide from the count).
+    if objs is not None and len(objs) == count and count and not _TWO_ON_A_LINE.search(buf):
         fields = _fields(objs)
         if max(fields[3]) + max(fields[4]) >= _U64:
             fields = None
