@@ -65,7 +65,7 @@ CHUNK = 8 << 20
 #: a "line" longer than this (no newline in sight) is junk: skipped without being held
 MAX_LINE = 64 << 20
 #: the record store's mark spacing: a line is found again with one read of about this size
-MARK = 4096
+MARK = 8192
 #: two JSON values on one line: msgspec's line decoder would take both, a JSONL reader neither
 _TWO_ON_A_LINE = re.compile(rb"}[ \t\r]*{")
 #: a record's reference: file number << _REF_BITS | line number (file 0: records given in memory)
@@ -387,8 +387,14 @@ def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector,
                 data = data[nl + 1:]
             cut = data.rfind(b"\n")
             if cut >= 0:
-                buf = carry + data[:cut + 1] if carry else data[:cut + 1]
-                line = _read_lines(buf, base + line, file_pid, sink, lines) - base
+                start = 0
+                if carry:  # the line carried over ends here: on its own, so the chunk is not copied
+                    nl = data.find(b"\n")
+                    line = _read_lines(carry + data[:nl + 1], base + line, file_pid, sink, 1) - base
+                    start, lines = nl + 1, lines - 1
+                if start <= cut:
+                    line = _read_lines(memoryview(data)[start:cut + 1], base + line, file_pid, sink,
+                                       lines) - base
                 carry = data[cut + 1:]
             else:
                 carry += data
@@ -405,7 +411,8 @@ def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector,
     return bool(carry)
 
 
-def _read_lines(buf: bytes, first: int, file_pid: int | None, sink: _Collector, count: int) -> int:
+def _read_lines(buf: bytes | memoryview, first: int, file_pid: int | None, sink: _Collector,
+                count: int) -> int:
     """``count`` complete lines (``buf`` ends with a newline; ``first``: the first one's
     reference) into ``sink``; returns the reference of the line after them."""
     try:
@@ -434,7 +441,7 @@ def _read_lines(buf: bytes, first: int, file_pid: int | None, sink: _Collector, 
         for pid, (got, refs) in groups.items():
             sink.add_lines(pid, got, refs)
         return first + count
-    lines = buf.split(b"\n")
+    lines = bytes(buf).split(b"\n")
     lines.pop()  # after the last newline: nothing
     for ref, line in enumerate(lines, first):  # a bad line in this chunk: line by line
         if not line.strip():
@@ -998,7 +1005,7 @@ def _load_forked(files: list[Path], store: RecordStore, jobs: int) -> Ledger | N
         k = load.index(min(load))
         bins[k].append(fid)
         load[k] += sizes[fid - 1]
-    children = []
+    children: list[tuple[int, int]] = []
     for fids in bins:
         if not fids:
             continue
