@@ -33,8 +33,8 @@ import threading
 import weakref
 from array import array
 from collections.abc import Iterable, Sequence
-from itertools import compress, islice
-from operator import add, itemgetter
+from itertools import compress, islice, repeat
+from operator import add, and_, eq, gt, itemgetter
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -555,7 +555,7 @@ class _LevelLives:
     by a new allocation at its address); ``done``: rank of the free that completed it (-1 none).
     """
 
-    __slots__ = ("r0", "r1", "free", "done", "ref", "kind", "extra")
+    __slots__ = ("r0", "r1", "free", "done", "ref", "kind", "extra", "began")
 
     def __init__(self) -> None:
         self.r0 = array("q")
@@ -566,6 +566,8 @@ class _LevelLives:
         self.kind = array("b")
         #: life -> (other sources, references of the same allocation's other records)
         self.extra: dict[int, tuple[tuple[Any, ...], tuple[int, ...]]] = {}
+        #: while loading: 1 for each record (by rank) that began a life of this level
+        self.began = bytearray()
 
 
 class Life:
@@ -797,8 +799,9 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
     unmatched = _replay_lives(ev, addr, size, kind, x, ref, lives)
     levels = []
     for which, lv in enumerate(lives):
-        a = array("Q", _take(addr, lv.r0))
-        e = array("Q", map(add, a, _take(size, lv.r0)))
+        a = array("Q", compress(addr, lv.began))
+        e = array("Q", map(add, a, compress(size, lv.began)))
+        lv.began = bytearray()
         levels.append(Level(which, lv, a, e, times, store))
     evs = ev.tobytes()
     at_launch = list(compress(range(n), map(_LAUNCH.__eq__, evs)))
@@ -839,6 +842,7 @@ def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: 
     frees = (lives[0].free, lives[1].free)
     dones = (lives[0].done, lives[1].done)
     upgraded: tuple[dict[int, int], dict[int, int]] = ({}, {})
+    merged: list[int] = []  # ranks of alloc records merged into a live allocation (no life)
     unmatched = 0
     mask = bytes(map(_ALLOC_OR_FREE.__contains__, evb))
     rows = zip(*(compress(col, mask) for col in (range(n), evb, addrs, kinds)))
@@ -858,6 +862,7 @@ def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: 
                     extra[old] = (also, (*dups, refs[rank]))
                     if k == KIND_SEGMENT:
                         upgraded[level][old] = 1
+                    merged.append(rank)
                     continue
                 # A new allocation where one is still live: its free was never recorded.
                 r1s[level][old] = rank
@@ -888,12 +893,20 @@ def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: 
                     break
             else:
                 unmatched += 1
+    # Which records began a life, per level: lives began in rank order, so a life's columns are
+    # those records' columns, taken whole (compress) rather than one life at a time.
+    is_alloc = bytes(map(_ALLOC.__eq__, evb))
+    is_block = bytes(map(eq, repeat(KIND_BLOCK), kinds))
+    began = [bytearray(map(gt, is_alloc, is_block)), bytearray(map(and_, is_alloc, is_block))]
+    for rank in merged:
+        began[1 if kinds[rank] == KIND_BLOCK else 0][rank] = 0
     for level, lv in enumerate(lives):
         m = count[level]
         for col in (lv.r0, lv.r1, lv.free, lv.done):
             del col[m:]
-        lv.ref = array("q", _take(refs, lv.r0))
-        lv.kind = array("b", map(_KIND_CODE.__getitem__, _take(kinds, lv.r0)))
+        lv.began = began[level]
+        lv.ref = array("q", compress(refs, lv.began))
+        lv.kind = array("b", map(_KIND_CODE.__getitem__, compress(kinds, lv.began)))
         for life in upgraded[level]:
             lv.kind[life] = 1
     return unmatched
