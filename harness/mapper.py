@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from faulthunt.errors import InputError, UsageError
-from faulthunt.ledger.reader import Ledger, Life, PidLedger, load_ledger, no_gc
-from faulthunt.ledger.writer import seal_dead
+from faulthunt.ledger.reader import Ledger, Life, PidLedger, load_ledger
 from faulthunt.records.ledger import KIND_SEGMENT
 from faulthunt.records.run import TestSpan
 
@@ -135,8 +134,8 @@ class _Byte:
     #: for ``freed`` outside the freed allocation's bytes: where the address is relative to it
     detail: str | None = None
 
-    def key(self) -> tuple[str, int, str | None]:
-        return (self.verdict, id(self.life), self.detail)
+    def key(self) -> tuple[str, object, str | None]:
+        return (self.verdict, None if self.life is None else self.life.ident, self.detail)
 
 
 def _smallest(lives: list[Life]) -> Life:
@@ -144,7 +143,12 @@ def _smallest(lives: list[Life]) -> Life:
 
 
 def _is_pool(pl: PidLedger, c: Life) -> bool:
-    return c.kind == KIND_SEGMENT or pl.blocks.any_overlapping(c.address, c.end, c.t0, c.t1)
+    if c.kind == KIND_SEGMENT:
+        return True
+    got = pl.pools.get(c.ident)  # a chunk's pool-ness never changes: ask the index once
+    if got is None:
+        got = pl.pools[c.ident] = pl.blocks.any_overlapping(c.address, c.end, c.t0, c.t1)
+    return got
 
 
 def _reach(life: Life) -> int:
@@ -278,10 +282,7 @@ def _pieces(pl: PidLedger, lo: int, hi: int, at: float) -> list[tuple[int, int, 
     """Split [lo, hi] where the verdict (or its allocation) changes."""
     edges = {lo, hi + 1}
     for index in (pl.containers, pl.blocks):
-        for life in index.intersecting(lo, hi):
-            for e in (life.address, life.end):
-                if lo < e <= hi:
-                    edges.add(e)
+        edges.update(index.edges(lo, hi))
     if lo < NULL_PAGE_LIMIT <= hi:
         edges.add(NULL_PAGE_LIMIT)
     cuts = sorted(edges)
@@ -342,7 +343,12 @@ def launches_before(pl: PidLedger, at: float) -> tuple[tuple[dict[str, Any], ...
     if end - start > MAX_LAUNCHES:
         note = f"{end - start} launches since the last synchronization; the newest {MAX_LAUNCHES} are listed"
         start = end - MAX_LAUNCHES
-    return tuple(_launch_json(r) for r in pl.launches[start:end]), since, note
+    got = pl.launch_views.get((start, end))  # addresses of one fault share their launches
+    if got is None:
+        if len(pl.launch_views) > 1024:
+            pl.launch_views.clear()
+        got = pl.launch_views[(start, end)] = tuple(_launch_json(r) for r in pl.launches[start:end])
+    return got, since, note
 
 
 # --- the public mapping --------------------------------------------------------------------
@@ -426,13 +432,14 @@ def map_address(ledger: Ledger, address: int, *, pid: int | None = None, at: flo
 # --- a whole run ------------------------------------------------------------------------------
 
 
-def map_each(ledger: Ledger, queries: Iterable[tuple[int, int | None]], *, at: float | None = None,
+def map_each(ledger: Ledger, queries: Iterable[tuple[Any, ...]], *, at: float | None = None,
              page: bool = False) -> Iterator[Verdict]:
-    """:func:`map_address` for each ``(address, pid)``, one verdict at a time, with the cyclic
-    garbage collector paused while it runs (see :func:`~faulthunt.ledger.reader.no_gc`)."""
-    with no_gc():
-        for address, pid in queries:
-            yield map_address(ledger, address, pid=pid, at=at, page=page)
+    """:func:`map_address` for each ``(address, pid)`` or ``(address, pid, at)`` (an ``at`` of
+    None: the ``at`` given here), one verdict at a time."""
+    for q in queries:
+        when = q[2] if len(q) > 2 and q[2] is not None else at
+        yield map_address(ledger, q[0], pid=q[1], at=when, page=page)
+
 
 def _kernel_matches(recorded: str, named: str) -> bool:
     a = recorded.split("(")[0].strip()
@@ -454,18 +461,21 @@ def _fault_time_kernel(ledger: Ledger, kernel: str | None) -> tuple[int | None, 
         return None, None
     best: tuple[float, int | None] | None = None
     for pid, pl in ledger.pids.items():
-        for rec in reversed(pl.launches):
-            if _kernel_matches(rec["kernel"], kernel):
-                if best is None or rec["t"] > best[0]:
-                    best = (float(rec["t"]), pid)
+        for k in range(len(pl.launch_kernels) - 1, -1, -1):
+            if _kernel_matches(pl.launch_kernels[k], kernel):
+                t = pl.launch_times[k]
+                if best is None or t > best[0]:
+                    best = (t, pid)
                 break
     return (best[1], best[0]) if best else (None, None)
 
 
 def _safe_load(directory: Path) -> Ledger | None:
+    # Read-only: the reader reads past a dead writer's NUL reserve and torn last line, so a
+    # collected run is never changed by mapping it (sealing is the collectors' job: stress and the
+    # sanitizer stage, when their run is over).
     if not directory.is_dir() or not any(directory.glob("*.jsonl")):
         return None
-    seal_dead(directory)
     return load_ledger(directory)
 
 

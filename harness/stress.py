@@ -454,6 +454,10 @@ def _finish_run(run_dir: Path, opts: StressOptions, run_info: RunInfo,
     from faulthunt.summary import (attribute_xids, build_summary, found_something,
                                    pci_map_of_run, visible_of_run)
 
+    # The collector finishing its own data: cut the unwritten reserve off the ledger files of
+    # workers that died (a worker that exits cuts its own); everything after this only reads.
+    from faulthunt.ledger.writer import seal_dead
+    seal_dead(run_dir / Layout.LEDGER_DIR)
     run = RunDir(run_dir)
     # None: e.g. a file: source that could not be followed: keep what was recorded live
     found_xids: Sequence[Any] = run.xids() if xids is None else xids

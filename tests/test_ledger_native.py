@@ -263,7 +263,7 @@ def test_each_route_records_the_scenario(compiled, standin, tmp_path, monkeypatc
 
 def _projection(ledger):
     (pl,) = ledger.pids.values()
-    lives = [lf.to_allocation() for lf in pl.containers.groups[0]]
+    lives = [pl.containers.life(i).to_allocation() for i in range(len(pl.containers))]
     allocs = [(a.address, a.size, a.kind, a.source, a.nodeid, a.free_nodeid, bool(a.stack)) for a in lives]
     launches = [(r["kernel"], r["correlation_id"], r["nodeid"]) for r in pl.launches]
     return allocs, launches, len(pl.sync_times)

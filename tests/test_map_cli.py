@@ -161,3 +161,33 @@ def test_map_run_on_a_real_kmsg_xid_parsed_by_kernlog(tmp_path):
     assert e["allocation"]["freed"]["nodeid"] == "t.py::test_uaf"
     assert e["time_basis"].startswith("kernel-log timestamp")
     assert [k["kernel"] for k in e["launches"]] == ["_Z5scalePfif"]
+
+
+# --- batch input: --addresses FILE / - ------------------------------------------------------------
+
+def test_map_addresses_file_with_pids_times_comments(run_dir, tmp_path, capsys):
+    f = tmp_path / "addrs.txt"
+    f.write_text(f"# from xid.jsonl\n0x7f6f_e7e00fa0\n\n{BASE + 8} 543 -   # a comment\n"
+                 f"{hex(BASE + 8)} - 99.0\n{hex(BASE + 8)} 1\n")
+    rc = main(["map", "--ledger", str(run_dir / "ledger"), "--addresses", str(f), "--json"])
+    got = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert rc == 3  # one line names a pid the ledger does not have
+    assert [g["verdict"] for g in got] == ["past_end", "inside", "unmapped", None]
+    assert got[2]["at"] == 99.0 and "no records for pid 1" in got[3]["reason"]
+
+
+def test_map_addresses_from_stdin_and_bad_line_says_which(run_dir, monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{hex(BASE)}\n{hex(BASE + 1)} 543\n"))
+    assert main(["map", "--ledger", str(run_dir / "ledger"), "--addresses", "-", "--json"]) == 0
+    assert [json.loads(x)["verdict"] for x in capsys.readouterr().out.splitlines()] == ["inside", "inside"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("0x10\nzzz 5\n"))
+    assert main(["map", "--ledger", str(run_dir / "ledger"), "--addresses", "-"]) == 2
+    err = capsys.readouterr().err
+    assert "standard input line 2" in err and "fix:" in err
+
+
+def test_map_addresses_missing_file_is_input_error(run_dir, tmp_path, capsys):
+    assert main(["map", "--ledger", str(run_dir / "ledger"), "--addresses", str(tmp_path / "nope")]) == 3
+    assert "cannot read addresses" in capsys.readouterr().err

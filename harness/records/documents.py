@@ -341,13 +341,16 @@ class AddressedFinding(Doc, frozen=True, kw_only=True):
     address_range: tuple[int, int]
     nodeid: str | None = None
     nearest_allocation: dict[str, Any] | None = None
-    example: dict[str, Any] | None = None
+    #: the example record: a parsed record, or its text in sanitizer.json files of older runs
+    example: dict[str, Any] | str | None = None
 
     def nearest(self) -> dict[str, Any] | None:
         """compute-sanitizer's nearest-allocation line: the finding's, else its example record's."""
         if isinstance(self.nearest_allocation, dict):
             return self.nearest_allocation
-        near = (self.example or {}).get("nearest_allocation")
+        if not isinstance(self.example, dict):
+            return None
+        near = self.example.get("nearest_allocation")
         return near if isinstance(near, dict) else None
 
 

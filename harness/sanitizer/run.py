@@ -426,6 +426,8 @@ def run_sanitize(run_dir: Path | None, opts: SanitizeOptions | None = None, *,
     analysis = output.analysis(lanes)
     if any(o.order_kept is False for o in analysis.outcomes):
         notes.append("a recorded sequence did not run in its order: see tests[].tests in sanitizer.json")
+    from faulthunt.ledger.writer import seal_dead  # the rerun's dead workers: this stage collected them
+    seal_dead(rerun_dir / "ledger")
     note = _map_addresses(sel.run_dir, analysis.findings)
     if note:
         notes.append(note)
