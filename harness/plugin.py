@@ -195,7 +195,9 @@ class WorkerRecorder:
         self.in_xdist = hasattr(config, "workerinput")
         self.recycle = recycle and self.in_xdist
         self.device = os.environ.get("CUDA_VISIBLE_DEVICES")
-        self.events = JsonlWriter(run_dir / Layout.EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl")
+        # on_full: a full disk drops (counts, says) records instead of failing the test run
+        self.events = JsonlWriter(run_dir / Layout.EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl",
+                                  on_full=_warn)
         self.poisoned: StickyError | None = None
         self.poisoned_by: str | None = None
         self._reports: list[pytest.TestReport] = []
@@ -366,6 +368,9 @@ def _combine(reports: list[pytest.TestReport]) -> tuple[str, str | None]:
             outcome = "skipped"
     if not reports:
         outcome = "incomplete"
+    elif outcome == "passed" and not any(rep.when == "call" for rep in reports):
+        # setup passed and no call report: the test was stopped (KeyboardInterrupt, pytest.exit)
+        outcome = "interrupted"
     return outcome, "\n".join(texts) if texts else None
 
 
@@ -377,7 +382,7 @@ class ControllerRecorder:
     def __init__(self, config: pytest.Config, run_dir: Path) -> None:
         self.config = config
         self.run_dir = run_dir
-        self.log = JsonlWriter(run_dir / Layout.CONTROLLER)
+        self.log = JsonlWriter(run_dir / Layout.CONTROLLER, on_full=_warn)
         self._down: dict[str, WorkerDown] = {}
         self._errordowns = 0
         self._restart_limit = _max_worker_restart(config)

@@ -30,6 +30,24 @@ def _builtins(value: Any) -> Any:
     return msgspec.json.decode(msgspec.json.encode(value, enc_hook=str))
 
 
+def _redacted(value: Any) -> Any:
+    """Options as recorded: lists of text redacted as command lines, mappings of text as
+    environments (faulthunt.redact), other text as values; nested alike."""
+    from faulthunt.redact import redact_argv, redact_env, redact_value
+
+    if isinstance(value, list):
+        if all(isinstance(v, str) for v in value):
+            return redact_argv(value)
+        return [_redacted(v) for v in value]
+    if isinstance(value, dict):
+        if value and all(isinstance(v, str) for v in value.values()):
+            return redact_env(value)
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, str):
+        return redact_value(value)
+    return value
+
+
 class RunInfo(Doc, frozen=True, kw_only=True):
     """``run.json``: what made this run directory and how it ended."""
 
@@ -58,13 +76,17 @@ class RunInfo(Doc, frozen=True, kw_only=True):
               started: float | None = None, argv: Sequence[str] | None = None) -> RunInfo:
         """The run.json of a run that starts now: the one place every command builds it."""
         from faulthunt import __version__
+        from faulthunt.redact import redact_argv
 
-        return cls(id=run_id, kind=kind, argv=[str(a) for a in (sys.argv if argv is None else argv)],
-                   pytest_args=[str(a) for a in pytest_args],
-                   pytest_argv=[str(a) for a in pytest_argv], cwd=str(cwd),
+        # Command lines carry secrets (`--api-token=...`, URLs with a password): redacted here,
+        # the one place every command builds run.json, so no run.json holds them.
+        return cls(id=run_id, kind=kind,
+                   argv=redact_argv([str(a) for a in (sys.argv if argv is None else argv)]),
+                   pytest_args=redact_argv([str(a) for a in pytest_args]),
+                   pytest_argv=redact_argv([str(a) for a in pytest_argv]), cwd=str(cwd),
                    started=time.time() if started is None else started,
                    faulthunt_version=__version__,
-                   options=_builtins(options) if options is not None else {},
+                   options=_redacted(_builtins(options)) if options is not None else {},
                    merged_from=_builtins(list(merged_from)) if merged_from is not None else None)
 
     def finished(self, *, exit_status: int | None, pytest_exit_status: int | None = None,
