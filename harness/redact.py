@@ -41,8 +41,9 @@ _AUTH_HEADER = re.compile(r"(?i)\b(?P<head>(?:authorization|proxy-authorization)
 # "--token VALUE", "--password=VALUE", "-p" is too common to touch (pytest -p plugin)
 _SECRET_OPTION = re.compile(r"(?i)(?P<opt>--?(?:[a-z0-9]+[-_])*(?:token|password|passwd|secret|api[-_]?key|access[-_]?key)"
                             r")(?P<sep>[= ]+)(?P<value>[^\s'\"]+)")
-# user:password@host in URLs
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@")
+# user:password@host in URLs. The scheme is bounded (schemes are short): unbounded, a long
+# word with no "://" (a test printing a 100 MB line) was scanned to its end from every letter.
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]{0,31}://)(?P<user>[^:/@\s]+):(?P<pw>[^@/\s]+)@")
 
 
 def is_secret_name(name: str) -> bool:
@@ -52,7 +53,8 @@ def is_secret_name(name: str) -> bool:
 
 def redact_value(value: str) -> str:
     """Redact credential-looking parts of a value (tokens, URL passwords), keep the rest."""
-    value = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+    if "://" in value:  # a substring test first: the regex tries every letter of the text
+        value = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
     value = _AUTH_HEADER.sub(lambda m: f"{m['head']}{REDACTED}", value)
     value = _SECRET_OPTION.sub(lambda m: f"{m['opt']}{m['sep']}{REDACTED}", value)
     return _SECRET_VALUE.sub(REDACTED, value)

@@ -219,8 +219,8 @@ def is_full(exc: BaseException) -> bool:
 def _write_error(path: Path, exc: OSError, fix: str) -> RunDirError:
     if is_full(exc):
         return DiskFullError(disk_full_text(path, exc),
-                             fix="free space on that filesystem (or raise `ulimit -f`), or put "
-                                 "the run on another disk with --run-dir")
+                             fix="free space on that filesystem, or raise the file size limit "
+                                 "(`ulimit -f`)")
     return RunDirError(f"cannot write {path}: {exc.strerror or exc}", fix=fix)
 
 

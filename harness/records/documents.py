@@ -232,6 +232,16 @@ class KernelLogStatus(Doc, frozen=True, kw_only=True):
     unparsed_sample: list[str] = []
 
 
+class RunTimeout(Doc, frozen=True, kw_only=True):
+    """The per-test timeout a stress run used: seconds (None: off), where it came from
+    (``--timeout``, ``default``, ``off`` or the suite's config file name) and the sentence."""
+
+    seconds: float | None = None
+    #: "from" in the JSON
+    source: str | None = msgspec.field(default=None, name="from")
+    text: str | None = None
+
+
 class Summary(Doc, frozen=True, kw_only=True):
     """``summary.json``: the result of a run (faulthunt.summary.build_summary)."""
 
@@ -252,6 +262,16 @@ class Summary(Doc, frozen=True, kw_only=True):
     skipped_lines: dict[str, int] = {}
     kernel_log: KernelLogStatus | None = None
     warnings: list[str] = []
+    #: what only the stress run knew (faulthunt.stress.analyse): the signal that stopped it and
+    #: the test runs that stop cut short, why no test ran (pytest's words), the per-test timeout
+    #: in force, what could not be written for lack of room
+    stopped_by: str | None = None
+    interrupted: list[str] = []
+    no_tests_reason: str | None = None
+    timeout: RunTimeout | None = None
+    disk_full: list[str] = []
+    output_dropped_bytes: int = 0
+    leftover_processes: int = 0
 
     def found_something(self) -> bool:
         """Failures of any kind or any Xid: the run found something."""

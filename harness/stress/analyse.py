@@ -60,16 +60,16 @@ def exit_status_for(pytest_status: int | None, found: bool, *, stopped_by: int |
     return ExitCode.FOUND if pytest_status < 0 else ExitCode.BAD_INPUT
 
 
-def label_interrupted(spans: Sequence[TestSpan], controller: Sequence[Any],
-                      signame: str) -> list[TestSpan]:
-    """Spans the stop cut short: a start without an end and no controller crash record read as
-    ``crashed`` in a finished run; in a stopped one they were ended by the stop."""
+def label_unended(spans: Sequence[TestSpan], controller: Sequence[Any], outcome: str,
+                  why: str) -> list[TestSpan]:
+    """Spans with a start, no end and no controller crash record read as ``crashed`` in a run
+    that ended normally. In a stopped run the stop ended them (``interrupted``); in a run whose
+    disk filled up the end record may just not have been written (``incomplete``)."""
     crashed = {(c.worker, c.nodeid) for c in controller if isinstance(c, Crash)}
     out = []
     for span in spans:
         if not span.ended and span.outcome == "crashed" and (span.worker, span.nodeid) not in crashed:
-            span = dataclasses.replace(span, outcome=INTERRUPTED,
-                                       longrepr=f"stopped by {signame} while running")
+            span = dataclasses.replace(span, outcome=outcome, longrepr=why)
         out.append(span)
     return out
 
@@ -86,7 +86,10 @@ def analyse(run: RunDir, got: Collected) -> StressResult:
     controller = run.controller()
     spans: Sequence[TestSpan] = run.spans()
     if signame:
-        spans = label_interrupted(spans, controller, signame)
+        spans = label_unended(spans, controller, INTERRUPTED, f"stopped by {signame} while running")
+    elif got.disk_full:
+        spans = label_unended(spans, controller, "incomplete", "no end record: the disk was full "
+                              "(the record may be all that was lost)")
     attributed = attribute_xids(found_xids, spans, pci_map)
     summary = build_summary(spans, controller, attributed, pci_map=pci_map,
                             visible=visible_of_run(run, pci_map))
@@ -133,7 +136,7 @@ def _no_tests_reason(got: Collected) -> str:
     asked = [f"-k {opts.keyword!r}"] if opts.keyword else []
     asked += [a for a in opts.pytest_args if not a.startswith("-")][:3]
     if got.pytest_status == 5 and asked:
-        said += f" (selection: {' '.join(asked)})"
+        said += f" (with {' '.join(asked)})"
     return said
 
 
@@ -166,8 +169,9 @@ def save(result: StressResult, got: Collected, warn: Callable[[str], None]) -> S
 
 
 def _map_run(run: RunDir, summary: dict[str, Any], warn: Callable[[str], None]) -> None:
-    """Map the run's fault addresses to its ledger (faulthunt.mapper.map_run)."""
-    if not summary.get("xids") and not run.has_ledger():
+    """Map the run's fault addresses to its ledger (faulthunt.mapper.map_run). A stress run's
+    addresses are its Xids' (sanitize maps its own findings): without an Xid there is nothing."""
+    if not summary.get("xids"):
         return
     from faulthunt.mapper import map_run
 

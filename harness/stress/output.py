@@ -39,7 +39,8 @@ _SHORT_ERROR = re.compile(r"^ERROR (?P<path>\S+)(?: - (?P<msg>.*))?$")
 _FINAL = re.compile(r"^=+ (?P<text>.*\bin [\d.]+s\b.*?) =+$")
 _INTERRUPTED = re.compile(r"Interrupted: (?P<n>\d+) errors? during collection")
 _USAGE = re.compile(r"^(?:\S.*?: )?error: (?P<msg>.+)$")
-_DISK_FULL = re.compile(r"^faulthunt(?: [a-z]+)?: (?P<msg>disk full at .+)$")
+# anywhere in a line: a worker's message may follow pytest's progress dots (-s)
+_DISK_FULL = re.compile(r"faulthunt(?: [a-z]+)?: (?P<msg>disk full at .+)$")
 
 
 def parse_total(line: str) -> int | None:
@@ -100,7 +101,7 @@ class PytestOutput:
             self.interrupted_errors = int(m["n"])
         elif m := _FINAL.match(line):
             self.final = m["text"]
-        elif m := _DISK_FULL.match(line):
+        elif m := _DISK_FULL.search(line):
             self._keep(self.disk_full, m["msg"])
         elif self.errors and (m := _USAGE.match(line)):
             # argparse's "python -m pytest: error: unrecognized arguments: --bogus" follows
@@ -137,9 +138,8 @@ class PytestOutput:
         if self.errors:
             usage = [e for e in self.errors if not e.startswith("usage:")]
             return "pytest: " + "; ".join((usage or self.errors)[:2])
-        if self.collection_errors:
-            return f"pytest: {self.collection_errors} error(s) during collection: " + "; ".join(
-                f"{path}: {msg}" if msg else path for path, msg in self.collect_errors[:3])
+        if self.collection_errors:  # named one by one under the table
+            return f"pytest: Interrupted: {self.collection_errors} error(s) during collection"
         if self.internal_error:
             return f"pytest: {self.internal_error}"
         if self.final:
