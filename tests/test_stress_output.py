@@ -23,7 +23,8 @@ from faulthunt.stress import StressOptions, build_pytest_argv, exit_status_for
 from faulthunt.stress.analyse import INTERRUPTED, label_unended
 from faulthunt.stress.options import (Timeout, check_gpus, check_run_dir, check_targets,
                                       resolve_timeout, split_targets, suite_timeout)
-from faulthunt.stress.output import PREFIX, SEGMENT, OutputPump, PytestOutput
+from faulthunt.stress.output import (PREFIX, READ_CHUNK, SEGMENT, OutputPump, PytestOutput,
+                                     redact_lines)
 
 # pytest 9.2.0 + pytest-xdist 3.8.0 output, captured on the CPU dev machine (2026-12-03) with
 # `python -m pytest -p faulthunt -p xdist -p repeat -p timeout ...` as faulthunt stress runs it.
@@ -143,8 +144,17 @@ def test_pump_bounded_long_line(tmp_path):
     assert pump.scan.total == 3
     assert heads[0] == "collected 3 items" and len(heads[1]) == PREFIX
     assert heads[2:] == ["ghp_after", "last line without newline"]
-    assert max(seen) <= SEGMENT  # nothing larger than a segment was ever handled at once
+    assert max(seen) <= READ_CHUNK + SEGMENT  # bounded, whatever the length of a line
     assert pump.disk_full is None and pump.dropped == 0
+
+
+def test_redact_lines_only_touches_lines_that_may_hold_a_secret():
+    token = "ghp_" + "a" * 36
+    text = f"....... [ 10%]\nE   assert x == y\nGITHUB_TOKEN={token} next\nhttps://u:pw@h/x\nlast"
+    assert redact_lines(text) == ("....... [ 10%]\nE   assert x == y\nGITHUB_TOKEN=<redacted> next"
+                                  "\nhttps://u:<redacted>@h/x\nlast")
+    plain = "..........\n" * 1000
+    assert redact_lines(plain) is plain  # nothing to redact: the same text, not a copy
 
 
 def test_pump_keeps_draining_on_a_full_disk():
@@ -348,3 +358,44 @@ def test_run_dir_reads_a_stopped_summary(tmp_path):
         "output_dropped_bytes": 5, "interrupted": ["t::a"]}))
     s = RunDir(tmp_path).summary()
     assert s is not None and (s.stopped_by, s.disk_full, s.interrupted) == ("SIGHUP", ["d"], ["t::a"])
+
+
+# --- the redaction shortcut the pump relies on ---------------------------------------------------
+
+_SECRETISH = ["ghp_" + "a" * 36, "AKIA" + "B" * 16, "https://u:p@h", "TOKEN=x", "--password=y",
+              "--api-key z", "Authorization: Bearer q", "hf_" + "c" * 30, "sk-" + "d" * 20,
+              "xoxb-1234567890", "-----BEGIN RSA PRIVATE KEY-----", "npm_" + "e" * 36]
+
+
+@pytest.mark.parametrize("secret", _SECRETISH)
+def test_secret_hint_finds_every_secret_shape(secret):
+    from faulthunt.redact import SECRET_HINT, _redact_text_fully
+
+    text = f"some output {secret} more"
+    assert _redact_text_fully(text) != text and SECRET_HINT.search(text)
+
+
+def test_secret_hint_is_a_superset_of_the_patterns():
+    """Whatever the full redaction changes, the shortcut's scan finds (so it never skips one)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from faulthunt.redact import SECRET_HINT, _redact_text_fully
+
+    pieces = st.sampled_from([*_SECRETISH, "=", ":", "//", "@", "-", "_", " ", "\n", "a", "Z",
+                              "token", "KEY", "Authorization", "ghp", "eyJ", "x" * 12])
+
+    @settings(max_examples=2000, deadline=None)
+    @given(st.lists(pieces, max_size=12).map("".join))
+    def check(text: str) -> None:
+        if _redact_text_fully(text) != text:
+            assert SECRET_HINT.search(text), text
+
+    check()
+
+
+def test_ledger_modes_match_the_ledger():
+    from faulthunt.ledger import MODES
+    from faulthunt.stress.defaults import LEDGER_MODES
+
+    assert tuple(LEDGER_MODES) == tuple(MODES)

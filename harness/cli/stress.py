@@ -28,7 +28,7 @@ def _workers(value: str) -> int | str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from faulthunt.stress.options import DEFAULT_TIMEOUT_S, LEDGER_MODES
+    from faulthunt.stress.defaults import DEFAULT_TIMEOUT_S, LEDGER_MODES
 
     parser.set_defaults(passthrough=True)
     parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG",

@@ -21,17 +21,33 @@ results are written down either way.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from faulthunt.rundir import RunDir
-from faulthunt.stress.analyse import StressResult, analyse, exit_status_for, save
-from faulthunt.stress.collect import (Collected, KernelLogWatch, Progress, _Stopper, collect,
-                                      stop_signals)
-from faulthunt.stress.options import (DEFAULT_MAX_WORKER_RESTART, DEFAULT_TIMEOUT_S, Plan,
-                                      StressOptions, build_env, build_pytest_argv, check,
-                                      parse_gpus)
-from faulthunt.stress.output import parse_total
+if TYPE_CHECKING:
+    from faulthunt.stress.analyse import StressResult
+    from faulthunt.stress.options import StressOptions
+
+#: public name -> the submodule that defines it (imported on first use: ``faulthunt stress
+#: --help`` and the plugin's workers need none of the engine)
+_EXPORTS = {
+    "StressResult": "analyse", "analyse": "analyse", "exit_status_for": "analyse",
+    "save": "analyse",
+    "Collected": "collect", "KernelLogWatch": "collect", "Progress": "collect",
+    "collect": "collect",
+    "Plan": "options", "StressOptions": "options", "build_env": "options",
+    "build_pytest_argv": "options", "check": "options", "parse_gpus": "options",
+    "DEFAULT_MAX_WORKER_RESTART": "defaults", "DEFAULT_TIMEOUT_S": "defaults",
+    "parse_total": "output",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'faulthunt.stress' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"faulthunt.stress.{module}"), name)
 
 
 def run_stress(opts: StressOptions, *, console: Any = None,
@@ -42,6 +58,11 @@ def run_stress(opts: StressOptions, *, console: Any = None,
     directory cannot be made at all; anything later ends in the result.
     """
     import sys
+
+    from faulthunt.rundir import RunDir
+    from faulthunt.stress.analyse import analyse, save
+    from faulthunt.stress.collect import _Stopper, collect, stop_signals
+    from faulthunt.stress.options import check
 
     warnings: list[str] = []
 
@@ -59,7 +80,4 @@ def run_stress(opts: StressOptions, *, console: Any = None,
         return save(analyse(RunDir(got.run_dir), got), got, warn)
 
 
-__all__ = ["DEFAULT_MAX_WORKER_RESTART", "DEFAULT_TIMEOUT_S", "Collected", "KernelLogWatch",
-           "Plan", "Progress", "StressOptions", "StressResult", "analyse", "build_env",
-           "build_pytest_argv", "check", "collect", "exit_status_for", "parse_gpus",
-           "parse_total", "run_stress", "save"]
+__all__ = ["run_stress", *_EXPORTS]

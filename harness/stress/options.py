@@ -17,14 +17,7 @@ from typing import Any
 from faulthunt.errors import FaulthuntError, UsageError
 from faulthunt.nodeids import pytest_selection
 from faulthunt.rundir import RUN_DIR_ENV, Layout
-
-#: restart budget handed to xdist: a stress run may crash many workers (xdist's default is 4*n)
-DEFAULT_MAX_WORKER_RESTART = 1000
-#: per-test seconds before a test counts as hung, when neither --timeout nor the suite's own
-#: pytest configuration says: far above a GPU test's usual seconds, far below a CI job's limit
-DEFAULT_TIMEOUT_S = 300.0
-#: the --ledger modes (faulthunt.ledger.MODES; repeated here so checking does not import it)
-LEDGER_MODES = ("auto", "cupti", "numba", "cupy", "torch", "off")
+from faulthunt.stress.defaults import DEFAULT_MAX_WORKER_RESTART, DEFAULT_TIMEOUT_S, LEDGER_MODES
 
 #: pytest options whose next argument is their value (so that value is not a test target)
 _VALUE_OPTIONS = frozenset({

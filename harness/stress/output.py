@@ -43,6 +43,29 @@ _USAGE = re.compile(r"^(?:\S.*?: )?error: (?P<msg>.+)$")
 _DISK_FULL = re.compile(r"faulthunt(?: [a-z]+)?: (?P<msg>disk full at .+)$")
 
 
+def redact_lines(text: str) -> str:
+    """``text`` with every line that may hold a secret redacted (faulthunt.redact.redact_text,
+    line by line); the lines with nothing a secret starts with are found in one C-speed scan
+    and copied as they are."""
+    from faulthunt.redact import SECRET_HINT, redact_text
+
+    out: list[str] = []
+    pos = 0
+    for m in SECRET_HINT.finditer(text):
+        if m.start() < pos:
+            continue  # in a line already redacted
+        start = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.end())
+        end = len(text) if end < 0 else end + 1
+        out.append(text[pos:start])
+        out.append(redact_text(text[start:end]))
+        pos = end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def parse_total(line: str) -> int | None:
     """Number of tests from pytest/xdist's collection line."""
     for rx in _TOTAL_RES:
@@ -159,12 +182,10 @@ class OutputPump:
     def __init__(self, fd: int, log_path: Path, scan: PytestOutput, *,
                  redact: Callable[[str], str] | None = None,
                  on_line: Callable[[str], None] | None = None) -> None:
-        if redact is None:
-            from faulthunt.redact import redact_text as redact
         self._fd = fd
         self.log_path = log_path
         self.scan = scan
-        self._redact = redact
+        self._redact = redact or redact_lines
         self._on_line = on_line
         self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
         self._pending = b""          # the unfinished end of the last chunk (< SEGMENT bytes)
@@ -253,7 +274,9 @@ class OutputPump:
             out.append(self._piece(self._pending, ends_line=True))
             self._pending = b""
         if out:
-            self._write("".join(out).encode("utf-8", "backslashreplace"))
+            # whole lines (or one segment of a long line): at most READ_CHUNK + SEGMENT bytes
+            text = self._redact("".join(out))
+            self._write(text.encode("utf-8", "backslashreplace"))
 
     def _piece(self, raw: bytes, *, ends_line: bool) -> str:
         text = self._decode(raw, final=ends_line)
@@ -263,7 +286,7 @@ class OutputPump:
             if self._on_line is not None:
                 self._on_line(head)
         self._mid_line = not ends_line
-        return self._redact(text)
+        return text
 
     def _write(self, data: bytes) -> None:
         if self._log_fd < 0:
