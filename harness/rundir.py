@@ -264,7 +264,7 @@ def write_text_atomic(path: Path | str, text: str, *, fsync: bool = True) -> Non
 
 
 def write_json_atomic(path: Path | str, obj: Any, *, fsync: bool = True) -> None:
-    """Replace ``path`` with ``obj`` as indented JSON, atomically (see :func:`write_text_atomic`)."""
+    """Replace ``path`` with ``obj`` as indented JSON, atomically (:func:`write_text_atomic`)."""
     write_text_atomic(path, dumps(obj, indent=2) + "\n", fsync=fsync)
 
 

@@ -102,8 +102,8 @@ def test_scanner_reason(text, reason):
 
 
 def test_scanner_sees_workers_disk_full_lines():
-    out = scan("faulthunt: disk full at /r/events/gw0-1.jsonl: No space left on device; records...\n")
-    assert out.disk_full == ["disk full at /r/events/gw0-1.jsonl: No space left on device; records..."]
+    said = "disk full at /r/events/gw0-1.jsonl: No space left on device; records..."
+    assert scan(f"...faulthunt: {said}\n").disk_full == [said]
 
 
 def _pump(chunks: list[bytes], log: Path, **kw) -> tuple[OutputPump, list[str]]:
@@ -357,7 +357,8 @@ def test_run_dir_reads_a_stopped_summary(tmp_path):
         "timeout": {"seconds": None, "from": "off", "text": "x"}, "disk_full": ["d"],
         "output_dropped_bytes": 5, "interrupted": ["t::a"]}))
     s = RunDir(tmp_path).summary()
-    assert s is not None and (s.stopped_by, s.disk_full, s.interrupted) == ("SIGHUP", ["d"], ["t::a"])
+    assert s is not None
+    assert (s.stopped_by, s.disk_full, s.interrupted) == ("SIGHUP", ["d"], ["t::a"])
 
 
 # --- the redaction shortcut the pump relies on ---------------------------------------------------

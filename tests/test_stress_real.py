@@ -52,7 +52,8 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _wait_for_starts(run: Path, names: set[str], proc: subprocess.Popen, limit: float = 120) -> None:
+def _wait_for_starts(run: Path, names: set[str], proc: subprocess.Popen,
+                     limit: float = 120) -> None:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline and proc.poll() is None:
         started = {r["nodeid"].split("::")[-1] for r in read_jsonl_dir(run / "events").records

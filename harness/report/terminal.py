@@ -113,7 +113,8 @@ def headline(summary: Mapping[str, Any]) -> str:
     """``N test runs: ...; 4 worker slots, 2 restarts (crashed 1, hung 0, recycled 1)``."""
     w = summary.get("workers") or {}
     outcomes = summary.get("outcomes") or {}
-    counts = f"crashed {w.get('crashed', 0)}, hung {w.get('hung', 0)}, recycled {w.get('recycled', 0)}"
+    counts = (f"crashed {w.get('crashed', 0)}, hung {w.get('hung', 0)}, "
+              f"recycled {w.get('recycled', 0)}")
     if w.get("slots") is not None:
         # slots (gw0..gwN-1) are the workers asked for; each restart is a new process in a slot
         workers = (f"{w['slots']} worker slot{'s' if w['slots'] != 1 else ''}, "

@@ -68,7 +68,8 @@ def label_unended(spans: Sequence[TestSpan], controller: Sequence[Any], outcome:
     crashed = {(c.worker, c.nodeid) for c in controller if isinstance(c, Crash)}
     out = []
     for span in spans:
-        if not span.ended and span.outcome == "crashed" and (span.worker, span.nodeid) not in crashed:
+        if (not span.ended and span.outcome == "crashed"
+                and (span.worker, span.nodeid) not in crashed):
             span = dataclasses.replace(span, outcome=outcome, longrepr=why)
         out.append(span)
     return out

@@ -23,7 +23,7 @@ from faulthunt.errors import FaulthuntError
 #: seconds pytest gets to stop cleanly after the first stop, by signal. A CI runner that sends
 #: SIGTERM kills a few seconds later (GitHub Actions: 2.5 s after SIGTERM), so that is short;
 #: Ctrl-C at a terminal can wait for pytest's own summary.
-STOP_GRACE_S = {signal.SIGINT: 10.0, signal.SIGTERM: 2.0, signal.SIGHUP: 2.0}
+STOP_GRACE_S: dict[int, float] = {signal.SIGINT: 10.0, signal.SIGTERM: 2.0, signal.SIGHUP: 2.0}
 #: seconds what is left of the group after pytest exited gets between SIGTERM and SIGKILL
 LEFTOVER_GRACE_S = 2.0
 

@@ -330,7 +330,7 @@ def check_gpus(gpus: Sequence[str] | None,
 def check_targets(args: Sequence[str], cwd: Path) -> None:
     """Refuse a test path that does not exist, and parametrized ids mixed with other targets."""
     kept, ids, after = split_targets(args)
-    others = [a for prev, a in zip(["", *kept], kept) if is_target(a, prev)] + after
+    others = [a for prev, a in zip(["", *kept], kept, strict=False) if is_target(a, prev)] + after
     for arg in [*ids, *others]:
         path = arg.split("::", 1)[0]
         if not (cwd / path).exists():
