@@ -400,3 +400,22 @@ def test_ledger_modes_match_the_ledger():
     from faulthunt.stress.defaults import LEDGER_MODES
 
     assert tuple(LEDGER_MODES) == tuple(MODES)
+
+
+# --- the hang watchdog (faulthunt.supervise): one thread for every test of a process ------------
+
+def test_hang_watchdog_one_thread_fires_only_when_not_cancelled():
+    import threading
+
+    from faulthunt.supervise import HangWatchdog
+
+    fired: list[str] = []
+    before = threading.active_count()
+    for i in range(500):  # a test each: armed and cancelled without a thread each
+        dog = HangWatchdog(30.0, lambda i=i: fired.append(f"t{i}"))
+        dog.start()
+        dog.cancel()
+    assert threading.active_count() <= before + 1 and fired == []
+    done = threading.Event()
+    HangWatchdog(0.05, lambda: (fired.append("hung"), done.set())).start()
+    assert done.wait(10) and fired == ["hung"]
