@@ -274,16 +274,70 @@ def _warm_imports() -> None:
     import faulthunt.report.terminal  # noqa: F401
 
 
+class _XidLog:
+    """xid.jsonl while the run goes: each Xid attributed with the spans so far and appended at
+    once, so a controller killed mid-run keeps every Xid it saw (rewritten with the final
+    attribution at the end)."""
+
+    def __init__(self, run_dir: Path, progress: Progress, disk_full: list[str]) -> None:
+        self.run_dir = run_dir
+        self.progress = progress
+        self._writer = JsonlWriter(run_dir / Layout.XID, on_full=disk_full.append)
+        self._lock = threading.Lock()
+
+    def record(self, rec: dict[str, Any]) -> None:
+        from faulthunt.summary import attribute_xids
+
+        with self._lock:
+            try:
+                rec = attribute_xids([rec], RunDir(self.run_dir).spans())[0]
+            except Exception:  # noqa: BLE001 - attribution must never lose the event
+                pass
+            self._writer.write(rec)
+            self.progress.xids += 1
+
+    def close(self) -> None:
+        self._writer.close()
+
+
 def collect(plan: Plan, stopper: _Stopper, *, warn: Callable[[str], None],
             warnings: list[str], console: Any = None,
             on_line: Callable[[str], None] | None = None) -> Collected:
     """Run pytest for ``plan``, recording everything into a new run directory."""
-    from faulthunt.redact import redact_env
+    run_dir, run_info = _open_run(plan, warn)
+    disk_full: list[str] = []
+    progress = Progress(run_dir)
+    xid_log = _XidLog(run_dir, progress, disk_full)
+    kernlog = KernelLogWatch(run_dir, plan.xid_source, warn, xid_log.record)
+    kernlog.start()
+    output = PytestOutput()
+    ran = None
+    if stopper.early is None:  # a stop before pytest started: nothing runs
+        ran = _run_pytest(plan, run_dir, stopper, output, progress, disk_full, warn, console,
+                          on_line)
+    xids = _stop_kernel_log(kernlog, disk_full)
+    xid_log.close()
+    _seal_ledgers(run_dir)
+    child, pump, leftovers = ran if ran is not None else (None, None, [])
+    for full in (pump.disk_full if pump else None, *output.disk_full):
+        if full and full not in disk_full:
+            disk_full.append(full)
+    return Collected(run_dir=run_dir, run_info=run_info, plan=plan,
+                     pytest_status=child.status if child else None,
+                     stopped_by=child.stop_signal if child else stopper.early, output=output,
+                     xids=xids, kernel_log=kernlog.status, warnings=tuple(warnings),
+                     disk_full=tuple(disk_full), output_dropped=pump.dropped if pump else 0,
+                     leftovers=tuple(leftovers))
 
+
+def _open_run(plan: Plan, warn: Callable[[str], None]) -> tuple[Path, RunInfo]:
+    """The new run directory with its run.json (a full disk here: DiskFullError, nothing ran)."""
     opts, cwd = plan.opts, plan.cwd
     base = opts.base if opts.base is not None else cwd / DEFAULT_BASE
-    run_dir = create_run_dir(opts.run_dir if opts.run_dir is None or opts.run_dir.is_absolute()
-                             else cwd / opts.run_dir, base).resolve()
+    asked = opts.run_dir
+    if asked is not None and not asked.is_absolute():
+        asked = cwd / asked
+    run_dir = create_run_dir(asked, base).resolve()
     (run_dir / Layout.HANGS_DIR).mkdir(exist_ok=True)
     run_info = RunInfo.begin(run_dir.name, kind="stress", cwd=str(cwd),
                              pytest_args=opts.pytest_args, pytest_argv=plan.argv,
@@ -293,36 +347,22 @@ def collect(plan: Plan, stopper: _Stopper, *, warn: Callable[[str], None],
     write_run_info(run_dir, run_info, fsync=False)
     for note in plan.notes:
         warn(note)
-    disk_full: list[str] = []
-    progress = Progress(run_dir)
-    live_xids = JsonlWriter(run_dir / Layout.XID, on_full=disk_full.append)
-    xid_lock = threading.Lock()
+    return run_dir, run_info
 
-    def on_xid(rec: dict[str, Any]) -> None:
-        # Attributed live with the spans so far and appended at once: a controller killed
-        # mid-run keeps every Xid it saw. Rewritten with the final attribution at the end.
-        from faulthunt.summary import attribute_xids
 
-        with xid_lock:
-            try:
-                rec = attribute_xids([rec], RunDir(run_dir).spans())[0]
-            except Exception:  # noqa: BLE001 - attribution must never lose the event
-                pass
-            live_xids.write(rec)
-            progress.xids += 1
+def _run_pytest(plan: Plan, run_dir: Path, stopper: _Stopper, output: PytestOutput,
+                progress: Progress, disk_full: list[str], warn: Callable[[str], None],
+                console: Any, on_line: Callable[[str], None] | None
+                ) -> tuple[PytestChild, OutputPump, list[int]]:
+    """pytest from start to end (stopped whole on a stop signal), its output pumped."""
+    from faulthunt.redact import redact_env
 
-    kernlog = KernelLogWatch(run_dir, plan.xid_source, warn, on_xid)
-    kernlog.start()
-    env = build_env(opts, run_dir)
-    output = PytestOutput()
-    if stopper.early is not None:
-        return _not_started(run_dir, run_info, plan, stopper.early, output, kernlog, warnings,
-                            disk_full)
-    child = PytestChild(plan.argv, cwd, env)
+    env = build_env(plan.opts, run_dir)
+    child = PytestChild(plan.argv, plan.cwd, env)
     stopper.child = child
     pump = OutputPump(child.stdout_fd, run_dir / Layout.REPRODUCER_LOG, output, on_line=on_line)
     pump.start()
-    if stopper.early is not None:
+    if stopper.early is not None:  # came while pytest was being started
         child.stop(stopper.early)
     # while pytest starts its workers
     _write_or_note(disk_full, lambda: write_json_atomic(run_dir / Layout.ENV, redact_env(env),
@@ -330,47 +370,30 @@ def collect(plan: Plan, stopper: _Stopper, *, warn: Callable[[str], None],
     _write_or_note(disk_full, lambda: write_json_atomic(run_dir / Layout.IDENTITY, _identity(),
                                                         fsync=False))
     _warm_imports()
-    live = _live(console, progress, opts.quiet)
-    if live is None:
-        child.wait()
-    else:
-        while not child.wait(0.5):
-            progress.total = output.total
-            progress.poll()
-            live.update(progress.line())
+    _wait(child, _live(console, progress, plan.opts.quiet), progress, output)
     leftovers = child.end_leftovers()
     if not pump.join(OUTPUT_GRACE_S):
         warn("pytest's output did not end after its processes did (a process outside its "
              "group holds it); the rest is not in reproducer.log")
     child.close()
-    if live is not None:
-        progress.poll()
-        live.update(progress.line())
-        live.stop()
-    xids = _stop_kernel_log(kernlog, disk_full)
-    live_xids.close()
-    _seal_ledgers(run_dir)
-    for full in (pump.disk_full, *output.disk_full):
-        if full and full not in disk_full:
-            disk_full.append(full)
     if pump.error:
         warn(pump.error)
-    return Collected(run_dir=run_dir, run_info=run_info, plan=plan, pytest_status=child.status,
-                     stopped_by=child.stop_signal, output=output, xids=xids,
-                     kernel_log=kernlog.status, warnings=tuple(warnings),
-                     disk_full=tuple(disk_full), output_dropped=pump.dropped,
-                     leftovers=tuple(leftovers))
+    return child, pump, leftovers
 
 
-def _not_started(run_dir: Path, run_info: RunInfo, plan: Plan, signum: int,
-                 output: PytestOutput, kernlog: KernelLogWatch, warnings: list[str],
-                 disk_full: list[str]) -> Collected:
-    """Stopped before pytest started: nothing ran, everything else is recorded."""
-    xids = _stop_kernel_log(kernlog, disk_full)
-    return Collected(run_dir=run_dir, run_info=run_info, plan=plan, pytest_status=None,
-                     stopped_by=signum, output=output, xids=xids, kernel_log=kernlog.status,
-                     warnings=tuple(warnings), disk_full=tuple(disk_full), output_dropped=0,
-                     leftovers=())
+def _wait(child: PytestChild, live: _LiveLine | None, progress: Progress,
+          output: PytestOutput) -> None:
+    """Until pytest exits: blocked (signal handlers still run), or the live line every 0.5 s."""
+    if live is None:
+        child.wait()
+        return
+    while not child.wait(0.5):
+        progress.total = output.total
+        progress.poll()
+        live.update(progress.line())
+    progress.poll()
+    live.update(progress.line())
+    live.stop()
 
 
 def _stop_kernel_log(kernlog: KernelLogWatch, disk_full: list[str]) -> list[dict[str, Any]] | None:
