@@ -21,6 +21,7 @@ from faulthunt.records.run import TestSpan
 from faulthunt.rundir import (DiskFullError, Layout, RunDir, dumps, write_json_atomic,
                               write_run_info, write_text_atomic)
 from faulthunt.stress.collect import Collected
+from faulthunt.stress.output import PytestOutput
 
 #: outcome of a test that was running when the run was stopped (Ctrl-C, SIGTERM, SIGHUP)
 INTERRUPTED = "interrupted"
@@ -94,37 +95,46 @@ def analyse(run: RunDir, got: Collected) -> StressResult:
     attributed = attribute_xids(found_xids, spans, pci_map)
     summary = build_summary(spans, controller, attributed, pci_map=pci_map,
                             visible=visible_of_run(run, pci_map))
-    out = got.output
     limit = next((c for c in controller if isinstance(c, RestartLimit)), None)
     if limit is not None and not summary.get("stopped_early"):
         # xdist's restart budget ran out (the plugin records it): the rest did not run
         summary["stopped_early"] = (f"xdist: maximum crashed workers reached: {limit.limit} "
                                     "(raise --max-worker-restart to run the rest)")
-    # Until the plugin records collection errors as controller events, pytest's output says
-    # them (a summary that has them already keeps its own).
-    summary.setdefault("collection_errors", [{"nodeid": path, "message": msg}
-                                             for path, msg in out.collect_errors])
-    summary.setdefault("collection_error_count", out.collection_errors)
-    n_errors = int(summary.get("collection_error_count") or len(summary["collection_errors"]))
+    n_errors = _collection_errors(summary, got.output)
     exit_status = exit_status_for(got.pytest_status, found_something(summary),
                                   stopped_by=got.stopped_by, disk_full=bool(got.disk_full),
                                   collection_errors=n_errors)
-    summary.update({
-        "exit_status": int(exit_status),
+    summary.update(_run_facts(got, spans, summary), exit_status=int(exit_status),
+                   skipped_lines=run.skipped_lines())
+    return StressResult(run.path, summary, int(exit_status), tuple(attributed))
+
+
+def _collection_errors(summary: dict[str, Any], out: PytestOutput) -> int:
+    """Modules that failed to collect, into the summary; how many. Until the plugin records
+    them as controller events (and build_summary counts them), pytest's output says them; a
+    summary that has them already keeps its own."""
+    summary.setdefault("collection_errors", [{"nodeid": path, "message": msg}
+                                             for path, msg in out.collect_errors])
+    summary.setdefault("collection_error_count", out.collection_errors)
+    return int(summary.get("collection_error_count") or len(summary["collection_errors"]))
+
+
+def _run_facts(got: Collected, spans: Sequence[TestSpan], summary: dict[str, Any]
+               ) -> dict[str, Any]:
+    """What only the live run knew, as summary.json keys (docs/rundir.md)."""
+    timeout = got.plan.timeout
+    return {
         "pytest_exit_status": got.pytest_status,
-        "stopped_by": signame,
+        "stopped_by": signal.Signals(got.stopped_by).name if got.stopped_by else None,
         "interrupted": [s.nodeid for s in spans if s.outcome == INTERRUPTED],
         "no_tests_reason": _no_tests_reason(got) if not summary.get("tests_run") else None,
-        "timeout": {"seconds": got.plan.timeout.seconds, "from": got.plan.timeout.source,
-                    "text": got.plan.timeout.text()},
+        "timeout": {"seconds": timeout.seconds, "from": timeout.source, "text": timeout.text()},
         "disk_full": list(got.disk_full),
         "output_dropped_bytes": got.output_dropped,
         "leftover_processes": len(got.leftovers),
-        "skipped_lines": run.skipped_lines(),
         "kernel_log": got.kernel_log,
         "warnings": list(got.warnings),
-    })
-    return StressResult(run.path, summary, int(exit_status), tuple(attributed))
+    }
 
 
 def _no_tests_reason(got: Collected) -> str:
