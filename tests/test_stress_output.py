@@ -419,3 +419,19 @@ def test_hang_watchdog_one_thread_fires_only_when_not_cancelled():
     done = threading.Event()
     HangWatchdog(0.05, lambda: (fired.append("hung"), done.set())).start()
     assert done.wait(10) and fired == ["hung"]
+
+
+@pytest.mark.parametrize(("argv", "pytest_args"), [
+    (["-n", "2", "-p", "no:randomly", "tests/"], ("-p", "no:randomly", "tests/")),
+    (["tests/", "--lf", "-m", "not slow"], ("-m", "not slow", "tests/", "--lf")),
+    (["--deselect=a.py::t[1]", "t.py"], ("--deselect", "a.py::t[1]", "t.py")),
+    (["t.py", "--", "-p", "no:y"], ("t.py", "-p", "no:y")),
+])
+def test_cli_keeps_pytest_option_values_with_their_option(argv, pytest_args):
+    """`faulthunt stress -p no:randomly tests/` once reached pytest as `no:randomly tests/ -p`."""
+    from faulthunt.cli import build_parser
+    from faulthunt.cli.stress import options
+
+    args, extra = build_parser().parse_known_args(["stress", *argv])
+    args.extra = extra
+    assert options(args).pytest_args == pytest_args

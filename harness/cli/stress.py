@@ -27,6 +27,25 @@ def _workers(value: str) -> int | str:
     return n
 
 
+#: pytest options that take a value: declared here so that `-p no:randomly tests/` keeps the
+#: value with its option (passed through as unknown arguments, argparse would take the value
+#: for a test path and leave `-p` alone at the end)
+PYTEST_VALUE_OPTIONS = (("-p",), ("-m",), ("-o", "--override-ini"), ("-c",),
+                        ("-W", "--pythonwarnings"), ("--deselect",), ("--ignore",),
+                        ("--ignore-glob",), ("--rootdir",), ("--basetemp",), ("--confcutdir",),
+                        ("--tb",), ("-r",), ("--durations",), ("--import-mode",),
+                        ("--log-level",))
+
+
+class _PytestOption(argparse.Action):
+    """Keeps a pytest option and its value together, in the order given."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        namespace.pytest_options = [*(namespace.pytest_options or []), str(option_string),
+                                    str(values)]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from faulthunt.stress.defaults import DEFAULT_TIMEOUT_S, LEDGER_MODES
 
@@ -75,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write a JUnit XML of the run: one testcase per base test with its "
                              "runs, failures and rate (docs/ci.md)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no live progress or table")
+    parser.set_defaults(pytest_options=None)
+    for flags in PYTEST_VALUE_OPTIONS:
+        parser.add_argument(*flags, action=_PytestOption, help=argparse.SUPPRESS)
 
 
 def options(args: argparse.Namespace) -> StressOptions:
@@ -97,8 +119,8 @@ def options(args: argparse.Namespace) -> StressOptions:
         check_output_path(args.junitxml, "--junitxml")
     guard, path = spec_from_args(args.guard, args.guard_side)  # `--guard tests/`: a path
     return StressOptions(
-        pytest_args=((path,) if path else ()) + tuple(args.pytest_args)
-        + tuple(getattr(args, "extra", ()) or ()),
+        pytest_args=((path,) if path else ()) + tuple(args.pytest_options or ())
+        + tuple(args.pytest_args) + tuple(getattr(args, "extra", ()) or ()),
         workers=workers, count=args.count, keyword=args.keyword,
         maxfail=1 if args.exitfirst else args.maxfail, timeout=args.timeout,
         launch_blocking=not args.no_launch_blocking, gpus=gpus, run_dir=args.run_dir,
