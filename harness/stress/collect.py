@@ -149,7 +149,7 @@ class KernelLogWatch:
 
     def start(self) -> None:
         if self.source is None:
-            self.status["error"] = "kernel log not followed (--xid-source none)"
+            self.status["error"] = "--xid-source none"
             return
         from faulthunt.kernlog import sources
 
@@ -387,12 +387,13 @@ def _wait(child: PytestChild, live: _LiveLine | None, progress: Progress,
     if live is None:
         child.wait()
         return
-    while not child.wait(0.5):
+    while True:
+        done = child.wait(0.5)
         progress.total = output.total
         progress.poll()
         live.update(progress.line())
-    progress.poll()
-    live.update(progress.line())
+        if done:
+            break
     live.stop()
 
 
