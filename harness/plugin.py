@@ -256,12 +256,17 @@ class WorkerRecorder:
     def __init__(self, config: pytest.Config, run_dir: Path, *, recycle: bool) -> None:
         self.config = config
         self.run_dir = run_dir
-        self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        # From xdist's own worker input, not PYTEST_XDIST_WORKER: a test of an xdist worker that
+        # starts pytest itself hands that variable down to a process that is no worker.
+        workerinput = getattr(config, "workerinput", None)
+        self.worker = str(workerinput.get("workerid", "main")) if isinstance(workerinput, dict) else "main"
         self.pid = os.getpid()
         self.in_xdist = hasattr(config, "workerinput")
         self.recycle = recycle and self.in_xdist
         self.device = os.environ.get("CUDA_VISIBLE_DEVICES")
-        self.events = JsonlWriter(run_dir / Layout.EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl")
+        # on_full: a full disk drops (counts, says) records instead of failing the test run
+        self.events = JsonlWriter(run_dir / Layout.EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl",
+                                  on_full=_warn)
         self.poisoned: StickyError | None = None
         self.poisoned_by: str | None = None
         self._reports: list[tuple[pytest.TestReport, str | None, str | None]] = []
@@ -552,6 +557,9 @@ def _combine(reports: list[tuple[pytest.TestReport, str | None, str | None]]) ->
         outcome = "failed"
         texts.insert(0, f"faulthunt: failed {reruns} time(s) before pytest-rerunfailures' "
                         "last attempt passed; the first failure:")
+    elif outcome == "passed" and not any(rep.when == "call" for rep, _text, _msg in reports):
+        # setup passed and no call report: the test was stopped (KeyboardInterrupt, pytest.exit)
+        outcome = "interrupted"
     return _Run(outcome, "\n".join(texts) if texts else None, message, reruns)
 
 
@@ -584,7 +592,7 @@ class ControllerRecorder:
     def __init__(self, config: pytest.Config, run_dir: Path) -> None:
         self.config = config
         self.run_dir = run_dir
-        self.log = JsonlWriter(run_dir / Layout.CONTROLLER)
+        self.log = JsonlWriter(run_dir / Layout.CONTROLLER, on_full=_warn)
         self._down: dict[str, WorkerDown] = {}
         self._errordowns = 0
         self._restart_limit = _max_worker_restart(config)

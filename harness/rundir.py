@@ -31,6 +31,7 @@ never writes, and never raises on bad data: what it could not read is a
 from __future__ import annotations
 
 import dataclasses
+import errno
 import glob
 import json
 import os
@@ -194,46 +195,82 @@ def dumps(obj: Any, indent: int | None = None) -> str:
     return json.dumps(obj, default=_default, indent=indent, sort_keys=indent is not None)
 
 
-def write_text_atomic(path: Path | str, text: str) -> None:
+#: errno values that mean "no room to write": a full disk, a quota, the file size limit
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class DiskFullError(RunDirError):
+    """A run file could not be written for lack of room (ENOSPC, EDQUOT, EFBIG)."""
+
+
+def disk_full_text(path: Path | str, exc: OSError) -> str:
+    """``disk full at <path>: <why>``: what every writer says when there is no room."""
+    why = exc.strerror or str(exc)
+    if exc.errno == errno.EFBIG:
+        why += " (the file size limit, ulimit -f)"
+    return f"disk full at {path}: {why}"
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is an OSError that means the filesystem (or the size limit) is full."""
+    return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS
+
+
+def _write_error(path: Path, exc: OSError, fix: str) -> RunDirError:
+    if is_full(exc):
+        return DiskFullError(disk_full_text(path, exc),
+                             fix="free space on that filesystem, or raise the file size limit "
+                                 "(`ulimit -f`)")
+    return RunDirError(f"cannot write {path}: {exc.strerror or exc}", fix=fix)
+
+
+def write_text_atomic(path: Path | str, text: str, *, fsync: bool = True) -> None:
     """Replace ``path`` with ``text`` so that a reader never sees half a file.
 
-    A place that cannot be written (a directory in the way, no permission, a full disk) is a
-    :class:`RunDirError` naming the file.
+    The rename alone protects readers and a process killed at any moment; ``fsync`` also keeps the
+    file through a machine crash (a GPU fault can take the machine down), at a few milliseconds
+    a file. A place that cannot be written (a directory in the way, no permission) is a
+    :class:`RunDirError` naming the file; no room (a full disk, ``ulimit -f``) is a
+    :class:`DiskFullError` saying ``disk full at <path>``. Either way the old file stays whole.
     """
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as exc:
-        raise RunDirError(f"cannot write {path}: {exc.strerror or exc}",
-                          fix="make its directory writable (a file in the way of a directory?)"
-                          ) from exc
+        raise _write_error(path, exc, "make its directory writable (a file in the way of a "
+                                      "directory?)") from exc
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        data = text.encode("utf-8", "backslashreplace")  # a lone surrogate never stops a write
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if fsync:
+            os.fsync(fd)
+        os.close(fd)
+        fd = -1
         os.replace(tmp, path)
     except BaseException as exc:
+        if fd >= 0:
+            os.close(fd)
         try:
             os.unlink(tmp)
         except OSError:
             pass
         if isinstance(exc, OSError):
-            raise RunDirError(f"cannot write {path}: {exc.strerror or exc}",
-                              fix="remove what is in its place (a directory?) or free the disk"
-                              ) from exc
+            raise _write_error(path, exc, "remove what is in its place (a directory?) or free "
+                                          "the disk") from exc
         raise
 
 
-def write_json_atomic(path: Path | str, obj: Any) -> None:
-    """Replace ``path`` with ``obj`` as indented JSON, atomically."""
-    write_text_atomic(path, dumps(obj, indent=2) + "\n")
+def write_json_atomic(path: Path | str, obj: Any, *, fsync: bool = True) -> None:
+    """Replace ``path`` with ``obj`` as indented JSON, atomically (:func:`write_text_atomic`)."""
+    write_text_atomic(path, dumps(obj, indent=2) + "\n", fsync=fsync)
 
 
-def write_run_info(run_dir: Path | str, info: RunInfo) -> None:
+def write_run_info(run_dir: Path | str, info: RunInfo, *, fsync: bool = True) -> None:
     """Replace the run's ``run.json`` (built by :meth:`RunInfo.begin`, ended by ``finished``)."""
-    write_json_atomic(Path(run_dir) / Layout.RUN, info)
+    write_json_atomic(Path(run_dir) / Layout.RUN, info, fsync=fsync)
 
 
 class JsonlWriter:
@@ -242,13 +279,39 @@ class JsonlWriter:
     A process that aborts natively (SIGABRT, SIGSEGV) or is SIGKILLed loses nothing it had written:
     each ``write`` is one ``write(2)`` of a whole line on an ``O_APPEND`` descriptor. ``fsync=True``
     also survives a machine crash, at a cost per record.
+
+    No room to write (a full disk, ``ulimit -f``) raises :class:`DiskFullError`, unless
+    ``on_full`` is given: then the writer goes on without the record, counts it in
+    :attr:`dropped`, calls ``on_full("disk full at <path>: ...")`` once and tries the next record
+    again (the disk may have room by then). Processes that must not fail because a record was
+    lost (pytest workers) pass it. A line cut short by the full disk is ended before the next
+    record, so the records on both sides of it stay readable.
     """
 
-    def __init__(self, path: Path | str, fsync: bool = False) -> None:
+    def __init__(self, path: Path | str, fsync: bool = False,
+                 on_full: Callable[[str], None] | None = None) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._fsync = fsync
+        self._on_full = on_full
+        self._said = False
+        self._torn = False
+        #: records that could not be written (only with ``on_full``)
+        self.dropped = 0
+        self._fd = -1
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if on_full is None or not is_full(exc):
+                raise _write_error(self.path, exc, "make the run directory writable") from exc
+            self._full(exc)
+
+    def _full(self, exc: OSError) -> None:
+        self.dropped += 1
+        if not self._said and self._on_full is not None:
+            self._said = True
+            self._on_full(disk_full_text(self.path, exc) + "; records that do not fit are "
+                          "dropped (counted) and the run goes on")
 
     def write(self, record: Any) -> None:
         if isinstance(record, Doc):
@@ -258,7 +321,24 @@ class JsonlWriter:
                 data = (json.dumps(record.to_json()) + "\n").encode("utf-8")
         else:
             data = (dumps(record) + "\n").encode("utf-8")
-        os.write(self._fd, data)
+        if self._fd < 0:
+            if self._on_full is None:
+                raise DiskFullError(f"{self.path} is not open for writing")
+            self.dropped += 1
+            return
+        if self._torn:
+            data = b"\n" + data
+        try:
+            written = os.write(self._fd, data)
+            while written < len(data):  # a short write: the disk is filling up
+                self._torn = True
+                written += os.write(self._fd, data[written:])
+            self._torn = False
+        except OSError as exc:
+            if self._on_full is None or not is_full(exc):
+                raise _write_error(self.path, exc, "free the disk") from exc
+            self._full(exc)
+            return
         if self._fsync:
             os.fsync(self._fd)
 

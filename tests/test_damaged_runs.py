@@ -130,7 +130,7 @@ def run_every_reader(run: Path, tmp: Path) -> None:
     from faulthunt.report import build_model, render
     from faulthunt.sanitizer.run import select_tests
     from faulthunt.stage import plan_kit
-    from faulthunt.stress import render_summary
+    from faulthunt.report.terminal import render_summary
     from faulthunt.summary import summarize_run
 
     def guarded(fn: Callable[[], object]) -> None:

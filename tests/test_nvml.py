@@ -56,8 +56,9 @@ def test_missing_package_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_every_caller_goes_through_the_session(monkeypatch: pytest.MonkeyPatch) -> None:
     """identity (doctor), the stress runner, the kernels' backend choice: each pairs init with shutdown."""
-    from faulthunt import identity, stress
+    from faulthunt import identity
     from faulthunt.kernels import backend
+    from faulthunt.stress import options as stress
 
     fake = FakeNvml(count=0)
     monkeypatch.setitem(sys.modules, "pynvml", fake)

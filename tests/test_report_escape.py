@@ -173,7 +173,7 @@ def _console():  # type: ignore[no-untyped-def]
 
 
 def test_stress_summary_table_prints_exact_ids(tmp_path: Path) -> None:
-    from faulthunt.stress import render_summary
+    from faulthunt.report.terminal import render_summary
 
     run = hostile_run(tmp_path)
     summary = json.loads((run / "summary.json").read_text())

@@ -5,8 +5,7 @@ token and URL reach pytest on the command line (``-- --api-token=... --service-u
 every file that the reports, the kit and the merge wrote is searched for the three secrets.
 
 The run directory's own files are written by stress (run.json, reproducer.log) and the plugin
-(events, summary.json); their scrubbing lands with those parts, so that check is a strict xfail
-here, to flip when they are merged. Everything else must already be clean.
+(events, summary.json); the kit, the reports and a merged run are copies scrubbed again.
 """
 from __future__ import annotations
 
@@ -92,7 +91,6 @@ def test_reports_kit_merge_and_controller_hold_no_planted_secret(hunt: dict[str,
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="lands with the stress/plugin helpers' scrubbing")
 def test_every_file_of_the_run_holds_no_planted_secret(hunt: dict[str, Path]) -> None:
     # run.json (argv, pytest_args, pytest_argv), reproducer.log, events/, summary.json
     assert leaks(hunt["run"]) == []

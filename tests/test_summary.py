@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rich.console import Console
 
-from faulthunt.stress import render_summary
+from faulthunt.report.terminal import render_summary
 from faulthunt.summary import (assemble_spans, attribute_xids, build_pci_map, build_summary,
                                normalize_pci, parse_gpu_uuid_lines, summarize_run, visible_gpus, xid_spread)
 
@@ -213,7 +213,7 @@ def test_fuzz_attribution_never_raises(events):
     assert len(out) == len(events)
 
 
-# --- the end-of-run table (faulthunt.stress.render_summary), golden file at a fixed width ---
+# --- the end-of-run table (faulthunt.report.terminal.render_summary), golden file at a fixed width ---
 
 GOLDEN = "stress/render_golden.txt"
 
@@ -229,7 +229,7 @@ def test_render_matches_golden(tmp_path, data_dir):
     render_summary(summary, tmp_path, Console(file=out, width=120, color_system=None))
     text = out.getvalue().replace(str(tmp_path), "<RUN>")
     golden = data_dir / GOLDEN
-    header = ("# Golden output of faulthunt.stress.render_summary for tests/test_summary.py "
+    header = ("# Golden output of faulthunt.report.terminal.render_summary for tests/test_summary.py "
               "(width 120); regenerate with FAULTHUNT_REGOLD=1\n")
     if os.environ.get("FAULTHUNT_REGOLD"):
         golden.write_text(header + text)
@@ -343,7 +343,7 @@ def test_h200_run_terminal_reads_the_application(data_dir):
 
     from rich.console import Console
 
-    from faulthunt.stress import render_summary
+    from faulthunt.report.terminal import render_summary
 
     run = data_dir / "stress" / "h200_run"
     if not (run / "summary.json").exists():

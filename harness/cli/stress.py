@@ -1,10 +1,16 @@
 """``faulthunt stress``: parallel repeated pytest runs that name the test behind every crash, hang
-and Xid. Thin: parses arguments, calls :func:`faulthunt.stress.stress_and_report`."""
+and Xid. Thin: arguments to :class:`~faulthunt.stress.StressOptions`, then
+:func:`~faulthunt.stress.run_stress` (check, collect, analyse), then the terminal table
+(:mod:`faulthunt.report.terminal`); the run's exit status is the result's."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from faulthunt.stress import StressOptions
 
 HELP = "stress-run a pytest suite (xdist + repeat) and attribute crashes, hangs and Xids to tests"
 
@@ -21,11 +27,32 @@ def _workers(value: str) -> int | str:
     return n
 
 
+#: pytest options that take a value: declared here so that `-p no:randomly tests/` keeps the
+#: value with its option (passed through as unknown arguments, argparse would take the value
+#: for a test path and leave `-p` alone at the end)
+PYTEST_VALUE_OPTIONS = (("-p",), ("-m",), ("-o", "--override-ini"), ("-c",),
+                        ("-W", "--pythonwarnings"), ("--deselect",), ("--ignore",),
+                        ("--ignore-glob",), ("--rootdir",), ("--basetemp",), ("--confcutdir",),
+                        ("--tb",), ("-r",), ("--durations",), ("--import-mode",),
+                        ("--log-level",))
+
+
+class _PytestOption(argparse.Action):
+    """Keeps a pytest option and its value together, in the order given."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        namespace.pytest_options = [*(namespace.pytest_options or []), str(option_string),
+                                    str(values)]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from faulthunt.stress.defaults import DEFAULT_TIMEOUT_S, LEDGER_MODES
+
     parser.set_defaults(passthrough=True)
     parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG",
-                        help="test paths and pytest options; anything after `--` goes to pytest "
-                             "unchanged")
+                        help="test paths, node ids and pytest options; anything after `--` goes "
+                             "to pytest unchanged (parametrized ids run --count times too)")
     parser.add_argument("-n", "--workers", type=_workers, default=None,
                         help="xdist workers (int or auto; 0 = no xdist). Default 1, or one per "
                              "GPU with --gpus")
@@ -35,19 +62,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop after N failures (pytest's own; everything recorded stays)")
     parser.add_argument("-x", "--exitfirst", action="store_true",
                         help="stop at the first failure (= --maxfail 1)")
-    parser.add_argument("--timeout", type=float, default=None,
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="per-test seconds before a test counts as hung (stacks are dumped, "
-                             "the worker ended)")
+                             "the worker ended). Default: the suite's own pytest `timeout` "
+                             f"setting, else {DEFAULT_TIMEOUT_S:g}; 0 turns it off")
     parser.add_argument("--no-launch-blocking", action="store_true",
                         help="do not set CUDA_LAUNCH_BLOCKING=1")
     parser.add_argument("--gpus", default=None,
-                        help="pin workers round-robin: all, or 0,1,... or GPU-<uuid>,...")
+                        help="pin workers round-robin: all, or 0,1,... or GPU-<uuid>,... "
+                             "(indexes are checked against NVML when it is available)")
     parser.add_argument("--run-dir", type=Path, default=None,
-                        help="use exactly this run directory (default .faulthunt/runs/<id>)")
+                        help="use exactly this run directory, new or empty (default "
+                             ".faulthunt/runs/<id>)")
     parser.add_argument("--xid-source", default="auto",
                         help="kernel log: auto, kmsg, dmesg, journalctl, nvml, file:PATH, none")
     parser.add_argument("--ledger", default="auto",
-                        help="allocation ledger: auto, cupti, numba, cupy, torch, off")
+                        help=f"allocation ledger: {', '.join(LEDGER_MODES)}")
     parser.add_argument("--guard", nargs="?", const="", default=None, metavar="RATE",
                         help="guard mode: guard pages around 1 in RATE device allocations "
                              "(default rate 100; RATE may carry settings, e.g. 1,align=16: "
@@ -64,13 +94,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write a JUnit XML of the run: one testcase per base test with its "
                              "runs, failures and rate (docs/ci.md)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no live progress or table")
+    parser.set_defaults(pytest_options=None)
+    for flags in PYTEST_VALUE_OPTIONS:
+        parser.add_argument(*flags, action=_PytestOption, help=argparse.SUPPRESS)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+def options(args: argparse.Namespace) -> StressOptions:
+    """The StressOptions the arguments ask for (what needs no I/O to check is checked here;
+    the rest by faulthunt.stress.options.check before anything starts)."""
     from faulthunt.errors import UsageError
-    from faulthunt.stress import DEFAULT_MAX_WORKER_RESTART, StressOptions, parse_gpus, stress_and_report
+    from faulthunt.guard.config import spec_from_args
+    from faulthunt.stress import DEFAULT_MAX_WORKER_RESTART, StressOptions, parse_gpus
 
     gpus = parse_gpus(args.gpus) if args.gpus else None
     workers = args.workers
@@ -80,47 +114,59 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--gpus pins xdist workers, but -n 0 runs no workers",
                          fix="drop -n 0 (one worker per GPU by default), or set "
                              "CUDA_VISIBLE_DEVICES yourself for a single process")
-    if args.count < 1:
-        raise UsageError(f"--count must be >= 1, not {args.count}")
-    if args.timeout is not None and args.timeout <= 0:
-        raise UsageError("--timeout must be > 0 seconds")
     if args.junitxml is not None:
         from faulthunt.report.ci import check_output_path
         check_output_path(args.junitxml, "--junitxml")
-    maxfail = 1 if args.exitfirst else args.maxfail
-    from faulthunt.guard.config import spec_from_args
-
     guard, path = spec_from_args(args.guard, args.guard_side)  # `--guard tests/`: a path
-    opts = StressOptions(
+    return StressOptions(
         pytest_args=_pytest_args(args, path),
-        workers=workers, count=args.count, keyword=args.keyword, maxfail=maxfail,
-        timeout=args.timeout, launch_blocking=not args.no_launch_blocking, gpus=gpus,
-        run_dir=args.run_dir, xid_source=args.xid_source, ledger=args.ledger,
-        quiet=args.quiet, recycle=not args.no_recycle, guard=guard,
+        workers=workers, count=args.count, keyword=args.keyword,
+        maxfail=1 if args.exitfirst else args.maxfail, timeout=args.timeout,
+        launch_blocking=not args.no_launch_blocking, gpus=gpus, run_dir=args.run_dir,
+        xid_source=args.xid_source, ledger=args.ledger, quiet=args.quiet,
+        recycle=not args.no_recycle, guard=guard,
         max_worker_restart=(args.max_worker_restart if args.max_worker_restart is not None
-                            else DEFAULT_MAX_WORKER_RESTART),
-    )
+                            else DEFAULT_MAX_WORKER_RESTART))
+
+
+def run(args: argparse.Namespace) -> int:
     import sys
 
+    from rich.console import Console
+
+    from faulthunt.errors import FaulthuntError
+    from faulthunt.report.terminal import render_summary
+    from faulthunt.stress import run_stress
+
+    opts = options(args)
     # Off a terminal (CI logs, files) rich would wrap the table at 80 columns.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    result = stress_and_report(opts, console=console)
+    result = run_stress(opts, console=console)
+    if not args.quiet:
+        render_summary(result.summary, result.run_dir, console)
     from faulthunt.report.ci import write_ci_outputs  # GitHub step summary, annotations, JUnit
 
-    for line in write_ci_outputs(result.run_dir, "stress", junitxml=args.junitxml):
+    try:
+        lines = write_ci_outputs(result.run_dir, "stress", junitxml=args.junitxml)
+    except FaulthuntError as exc:  # a full disk: the run's own status still stands
+        print(f"faulthunt stress: {exc}", file=sys.stderr)
+        return result.exit_status or int(exc.exit_code)
+    for line in lines:
         if not args.quiet:
             print(f"faulthunt stress: {line}", file=sys.stderr)
     return result.exit_status
 
 
 def _pytest_args(args: argparse.Namespace, path: str | None) -> tuple[str, ...]:
-    """The positional arguments and what followed ``--``, for pytest, without that ``--``.
+    """The arguments for pytest: the positional ones and what followed ``--``, without that ``--``.
 
     pytest reads everything after a ``--`` as a path (``-p no:cacheprovider`` would become two
     missing files), so the first separator is faulthunt's own; argparse leaves it in the
-    positional list or in the unknown arguments depending on where options stood.
+    positional list or in the unknown arguments depending on where options stood. A second
+    ``--`` is the user's, for pytest.
     """
-    tokens = ([path] if path else []) + list(args.pytest_args) + list(getattr(args, "extra", ()) or ())
+    tokens = ([path] if path else []) + list(getattr(args, "pytest_options", None) or ()) \
+        + list(args.pytest_args) + list(getattr(args, "extra", ()) or ())
     if "--" in tokens:
         tokens.remove("--")
     return tuple(tokens)

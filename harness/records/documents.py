@@ -30,6 +30,24 @@ def _builtins(value: Any) -> Any:
     return msgspec.json.decode(msgspec.json.encode(value, enc_hook=str))
 
 
+def _redacted(value: Any) -> Any:
+    """Options as recorded: lists of text redacted as command lines, mappings of text as
+    environments (faulthunt.redact), other text as values; nested alike."""
+    from faulthunt.redact import redact_argv, redact_env, redact_value
+
+    if isinstance(value, list):
+        if all(isinstance(v, str) for v in value):
+            return redact_argv(value)
+        return [_redacted(v) for v in value]
+    if isinstance(value, dict):
+        if value and all(isinstance(v, str) for v in value.values()):
+            return redact_env(value)
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, str):
+        return redact_value(value)
+    return value
+
+
 class RunInfo(Doc, frozen=True, kw_only=True):
     """``run.json``: what made this run directory and how it ended."""
 
@@ -58,13 +76,17 @@ class RunInfo(Doc, frozen=True, kw_only=True):
               started: float | None = None, argv: Sequence[str] | None = None) -> RunInfo:
         """The run.json of a run that starts now: the one place every command builds it."""
         from faulthunt import __version__
+        from faulthunt.redact import redact_argv
 
-        return cls(id=run_id, kind=kind, argv=[str(a) for a in (sys.argv if argv is None else argv)],
-                   pytest_args=[str(a) for a in pytest_args],
-                   pytest_argv=[str(a) for a in pytest_argv], cwd=str(cwd),
+        # Command lines carry secrets (`--api-token=...`, URLs with a password): redacted here,
+        # the one place every command builds run.json, so no run.json holds them.
+        return cls(id=run_id, kind=kind,
+                   argv=redact_argv([str(a) for a in (sys.argv if argv is None else argv)]),
+                   pytest_args=redact_argv([str(a) for a in pytest_args]),
+                   pytest_argv=redact_argv([str(a) for a in pytest_argv]), cwd=str(cwd),
                    started=time.time() if started is None else started,
                    faulthunt_version=__version__,
-                   options=_builtins(options) if options is not None else {},
+                   options=_redacted(_builtins(options)) if options is not None else {},
                    merged_from=_builtins(list(merged_from)) if merged_from is not None else None)
 
     def finished(self, *, exit_status: int | None, pytest_exit_status: int | None = None,
@@ -234,6 +256,16 @@ class KernelLogStatus(Doc, frozen=True, kw_only=True):
     unparsed_sample: list[str] = []
 
 
+class RunTimeout(Doc, frozen=True, kw_only=True):
+    """The per-test timeout a stress run used: seconds (None: off), where it came from
+    (``--timeout``, ``default``, ``off`` or the suite's config file name) and the sentence."""
+
+    seconds: float | None = None
+    #: "from" in the JSON
+    source: str | None = msgspec.field(default=None, name="from")
+    text: str | None = None
+
+
 class Summary(Doc, frozen=True, kw_only=True):
     """``summary.json``: the result of a run (faulthunt.summary.build_summary)."""
 
@@ -262,6 +294,16 @@ class Summary(Doc, frozen=True, kw_only=True):
     random_seed: int | None = None
     #: what the run says about itself: items not repeated, reruns counted as failures, ...
     notes: list[str] = []
+    #: what only the stress run knew (faulthunt.stress.analyse): the signal that stopped it and
+    #: the test runs that stop cut short, why no test ran (pytest's words), the per-test timeout
+    #: in force, what could not be written for lack of room
+    stopped_by: str | None = None
+    interrupted: list[str] = []
+    no_tests_reason: str | None = None
+    timeout: RunTimeout | None = None
+    disk_full: list[str] = []
+    output_dropped_bytes: int = 0
+    leftover_processes: int = 0
 
     def found_something(self) -> bool:
         """Failures of any kind, collection errors or any Xid: the run found something."""

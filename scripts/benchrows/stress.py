@@ -1,19 +1,29 @@
-"""Bench row: `faulthunt stress` overhead against plain `pytest -n N --count C` (xdist + repeat).
+"""Bench rows: `faulthunt stress` against plain pytest with the same flags, and the cost of
+redacting pytest's output on its way into reproducer.log.
 
-The same generated CPU-only suite (tests doing a little arithmetic) is run both ways, interleaved,
-best of N. Ours includes everything a stress run does: the plugin's per-test records, faulthandler
-per worker, the kernel-log cursor/follower (when faulthunt.kernlog is present), snapshots, the
-summary. Goal: under 5% overhead.
+Overhead: the same generated CPU-only suite (tests doing a little arithmetic) is run both ways
+as whole commands, in pairs, alternating which goes first; every sample is kept. Ours includes
+everything a stress run does: checking the options, the run directory, the plugin's per-test
+records, faulthandler per worker, the kernel-log cursor/follower/snapshots, the output pump
+(redaction included), identity, the summary. The baseline is `python -m pytest` with the same
+-n/--count in the same environment (where the faulthunt plugin is installed, inactive).
+
+Both sides run with bytecode caching on (PYTHONDONTWRITEBYTECODE removed) as a user's Python
+has it; a sandbox that sets it makes every run compile every module it imports (about 0.35 s
+for faulthunt's side alone).
 """
 
 from __future__ import annotations
 
-import json
+import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 from benchrows import Row, paired, run_cmd
@@ -34,20 +44,42 @@ SUITE = textwrap.dedent('''
 ''')
 
 
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("FAULTHUNT_RUN_DIR", None)
+    return env
+
+
+def _cpu_of(run: Callable[[], None], into: list[float]) -> Callable[[], None]:
+    """``run`` that also appends the CPU seconds (user + sys) of the processes it waited for,
+    their own waited-for children included (pytest's xdist workers): on a shared machine the
+    wall clock varies with the neighbours, the work done does not."""
+    def timed() -> None:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        run()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        into.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return timed
+
+
 def stress_overhead(quick: bool) -> Row:
-    workers, count, repeat = (2, 5, 2) if quick else (8, 50, 3)
+    workers, count, repeat = (2, 5, 2) if quick else (8, 50, 9)
     tmp = Path(tempfile.mkdtemp(prefix="faulthunt-bench-stress-"))
+    env = _env()
     try:
         (tmp / "test_bench_suite.py").write_text(SUITE)
         common = ["-p", "no:cacheprovider", "-p", "no:benchmark", "-q"]
         runs = tmp / "runs"
+        made = [0]
 
         def ours() -> None:
-            run = runs / f"r{len(list(runs.glob('*'))) if runs.exists() else 0}"
+            made[0] += 1
+            run = runs / f"r{made[0]}"
             proc = subprocess.run(
                 [sys.executable, "-m", "faulthunt", "stress", "-n", str(workers), "--count",
                  str(count), "-q", "--run-dir", str(run), "test_bench_suite.py", "--", *common],
-                cwd=tmp, stdout=subprocess.DEVNULL, check=False)
+                cwd=tmp, env=env, stdout=subprocess.DEVNULL, check=False)
             # Exit 1 with every test passed means the kernel log showed an Xid during the run:
             # on a shared machine another process's (other tests inject Xid lines into
             # /dev/kmsg here). The run did the full work, so its time counts; anything else fails.
@@ -60,17 +92,80 @@ def stress_overhead(quick: bool) -> Row:
 
         def baseline() -> None:
             run_cmd([sys.executable, "-m", "pytest", "-n", str(workers), "--count", str(count),
-                     "-p", "xdist", "-p", "repeat", "test_bench_suite.py", *common], cwd=tmp)
+                     "-p", "xdist", "-p", "repeat", "test_bench_suite.py", *common], cwd=tmp,
+                    env=env)
 
-        ours_t, base_t = paired(ours, baseline, repeat=repeat)
+        cpu: dict[str, list[float]] = {"ours": [], "base": []}
+        ours_t, base_t = paired(_cpu_of(ours, cpu["ours"]), _cpu_of(baseline, cpu["base"]),
+                                repeat=repeat)
         tests = 11 * count
+        # pairs are (ours, base) in the order paired() ran them; warm-up samples come first
+        ratios = sorted(o / b for o, b in zip(cpu["ours"][-repeat:], cpu["base"][-repeat:],
+                                             strict=True) if b > 0)
+        cpu_note = (f"; CPU of the whole process tree, ours/base: {statistics.median(ratios):.3f}x "
+                    f"({ratios[0]:.3f}-{ratios[-1]:.3f})" if ratios else "")
         return Row(capability="stress: parallel repeated run with crash-safe records",
                    ours=f"faulthunt stress -n {workers} --count {count}",
                    baseline=f"pytest -n {workers} --count {count} -p xdist -p repeat",
                    ours_t=ours_t, base_t=base_t, goal="<= 1.03x", goal_ratio=1.03,
-                   note=f"{tests} test runs, CPU-only suite, {repeat} pairs")
+                   note=f"{tests} test runs, CPU-only suite, {repeat} pairs{cpu_note}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-ROWS = [stress_overhead]
+def _output(mb: int, dense: bool = False) -> bytes:
+    """pytest-like output: progress lines and a traceback, with one line in ten holding what a
+    secret pattern starts with (``name=value``, a URL); ``dense``: every line does."""
+    plain = ("test_mod.py::test_work[3-50] PASSED                               [ 10%]\n"
+             "E   AssertionError: assert 3 == 4\n"
+             "    faults_bin = PosixPath('/tmp/pytest-of-root/pytest-1/test_x0/faults')\n"
+             "test_mod.py:42: in test_work\n"
+             + "." * 70 + " [ 20%]\n")
+    hot = ("url='https://example.com/api/v1/items?page=2' mode=fast\n"
+           "CUDA_VISIBLE_DEVICES=0 python -m pytest -k 'cuda and not slow'\n")
+    block = (hot * 5 if dense else plain * 4 + hot).encode()
+    return block * (mb * 1024 * 1024 // len(block))
+
+
+def _pump_run(data: bytes, log: Path, redact) -> None:  # type: ignore[no-untyped-def]
+    from faulthunt.stress.output import OutputPump, PytestOutput
+
+    r, w = os.pipe()
+    p = OutputPump(r, log, PytestOutput(), redact=redact)
+    p.start()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(w, view[:1 << 16]):]
+    os.close(w)
+    p.join(60)
+    os.close(r)
+
+
+def redaction_cost(quick: bool) -> Row:
+    """The output pump with and without redact_text: what redaction adds per MB of output."""
+    from faulthunt.redact import redact_text
+
+    mb = 2 if quick else 16
+    data, dense = _output(mb), _output(mb, dense=True)
+    tmp = Path(tempfile.mkdtemp(prefix="faulthunt-bench-pump-"))
+    log = tmp / "log"
+    try:
+        ours_t, base_t = paired(lambda: _pump_run(data, log, redact_text),
+                                lambda: _pump_run(data, log, lambda t: t),
+                                repeat=3 if quick else 7)
+        dense_t, dense_base = paired(lambda: _pump_run(dense, log, redact_text),
+                                     lambda: _pump_run(dense, log, lambda t: t), repeat=3)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    size = len(data) / 1e6
+    extra = (ours_t.median - base_t.median) / size
+    worst = (dense_t.median - dense_base.median) / (len(dense) / 1e6)
+    return Row(capability="stress: pytest output into reproducer.log, redacted",
+               ours="pump + redact_text per line", baseline="the same pump, no redaction",
+               ours_t=ours_t, base_t=base_t, goal="(measure)",
+               note=f"{size:.0f} MB of pytest-like output, 1 line in 10 with name=value or a "
+                    f"URL: redaction adds {extra * 1e3:.0f} ms per MB; every line so: "
+                    f"{worst * 1e3:.0f} ms per MB")
+
+
+ROWS = [stress_overhead, redaction_cost]

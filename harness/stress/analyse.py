@@ -1,0 +1,197 @@
+"""Analysis: a collected run, read back through :class:`~faulthunt.rundir.RunDir`, becomes its
+result (summary.json and the exit status), without writing anything; then :func:`save` writes
+the result down.
+
+The summary itself is :func:`faulthunt.summary.build_summary`'s; this adds what only the run
+knew (pytest's status and words, what stopped it, what could not be written, the timeout in
+force) and decides the exit status by one rule, :func:`exit_status_for`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from faulthunt.errors import ExitCode, FaulthuntError
+from faulthunt.records.events import Crash, RestartLimit
+from faulthunt.records.run import TestSpan
+from faulthunt.rundir import (DiskFullError, Layout, RunDir, dumps, write_json_atomic,
+                              write_run_info, write_text_atomic)
+from faulthunt.stress.collect import Collected
+from faulthunt.stress.output import PytestOutput
+
+#: outcome of a test that was running when the run was stopped (Ctrl-C, SIGTERM, SIGHUP)
+INTERRUPTED = "interrupted"
+
+
+@dataclasses.dataclass(frozen=True)
+class StressResult:
+    run_dir: Path
+    summary: dict[str, Any]
+    exit_status: int
+    #: every Xid of the run with its final attribution (what xid.jsonl is rewritten with)
+    xids: tuple[dict[str, Any], ...] = ()
+
+
+def exit_status_for(pytest_status: int | None, found: bool, *, stopped_by: int | None = None,
+                    disk_full: bool = False, collection_errors: int = 0) -> int:
+    """faulthunt stress's exit status (docs/stress.md): the one rule.
+
+    A stop by signal is 128 + the signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), as a shell
+    reports it; then a run directory that could not be written (the records are incomplete);
+    then anything found, collection errors included; then pytest's own status.
+    """
+    if stopped_by is not None:
+        return 128 + stopped_by
+    if disk_full:
+        return ExitCode.BAD_INPUT
+    if found or collection_errors:
+        return ExitCode.FOUND
+    if pytest_status in (0, None):
+        return ExitCode.OK if pytest_status == 0 else ExitCode.FOUND
+    if pytest_status == 1:        # tests failed (e.g. a crash report we did not see)
+        return ExitCode.FOUND
+    if pytest_status == 2:        # interrupted, not by us
+        return ExitCode.INTERRUPTED
+    if pytest_status in (4, 5):   # usage error / no tests collected
+        return ExitCode.USAGE
+    return ExitCode.FOUND if pytest_status < 0 else ExitCode.BAD_INPUT
+
+
+def label_unended(spans: Sequence[TestSpan], controller: Sequence[Any], outcome: str,
+                  why: str) -> list[TestSpan]:
+    """Spans with a start, no end and no controller crash record read as ``crashed`` in a run
+    that ended normally. In a stopped run the stop ended them (``interrupted``); in a run whose
+    disk filled up the end record may just not have been written (``incomplete``)."""
+    crashed = {(c.worker, c.nodeid) for c in controller if isinstance(c, Crash)}
+    out = []
+    for span in spans:
+        if (not span.ended and span.outcome == "crashed"
+                and (span.worker, span.nodeid) not in crashed):
+            span = dataclasses.replace(span, outcome=outcome, longrepr=why)
+        out.append(span)
+    return out
+
+
+def analyse(run: RunDir, got: Collected) -> StressResult:
+    """The result of a collected run (reads the run directory, writes nothing)."""
+    from faulthunt.summary import (attribute_xids, build_summary, found_something,
+                                   pci_map_of_run, visible_of_run)
+
+    signame = signal.Signals(got.stopped_by).name if got.stopped_by else None
+    # None: e.g. a file: source that could not be followed: keep what was recorded live
+    found_xids: Sequence[Any] = run.xids() if got.xids is None else got.xids
+    pci_map = pci_map_of_run(run)
+    controller = run.controller()
+    spans: Sequence[TestSpan] = run.spans()
+    if signame:
+        spans = label_unended(spans, controller, INTERRUPTED, f"stopped by {signame} while running")
+    elif got.disk_full:
+        spans = label_unended(spans, controller, "incomplete", "no end record: the disk was full "
+                              "(the record may be all that was lost)")
+    attributed = attribute_xids(found_xids, spans, pci_map)
+    summary = build_summary(spans, controller, attributed, pci_map=pci_map,
+                            visible=visible_of_run(run, pci_map), events=run.worker_events())
+    limit = next((c for c in controller if isinstance(c, RestartLimit)), None)
+    if limit is not None and not summary.get("stopped_early"):
+        # xdist's restart budget ran out (the plugin records it): the rest did not run
+        summary["stopped_early"] = (f"xdist: maximum crashed workers reached: {limit.limit} "
+                                    "(raise --max-worker-restart to run the rest)")
+    n_errors = _collection_errors(summary, got.output)
+    exit_status = exit_status_for(got.pytest_status, found_something(summary),
+                                  stopped_by=got.stopped_by, disk_full=bool(got.disk_full),
+                                  collection_errors=n_errors)
+    summary.update(_run_facts(got, spans, summary), exit_status=int(exit_status),
+                   skipped_lines=run.skipped_lines())
+    return StressResult(run.path, summary, int(exit_status), tuple(attributed))
+
+
+def _collection_errors(summary: dict[str, Any], out: PytestOutput) -> int:
+    """Modules that failed to collect, into the summary; how many. Until the plugin records
+    them as controller events (and build_summary counts them), pytest's output says them; a
+    summary that has them already keeps its own."""
+    summary.setdefault("collection_errors", [{"nodeid": path, "message": msg}
+                                             for path, msg in out.collect_errors])
+    summary.setdefault("collection_error_count", out.collection_errors)
+    return int(summary.get("collection_error_count") or len(summary["collection_errors"]))
+
+
+def _run_facts(got: Collected, spans: Sequence[TestSpan], summary: dict[str, Any]
+               ) -> dict[str, Any]:
+    """What only the live run knew, as summary.json keys (docs/rundir.md)."""
+    timeout = got.plan.timeout
+    return {
+        "pytest_exit_status": got.pytest_status,
+        "stopped_by": signal.Signals(got.stopped_by).name if got.stopped_by else None,
+        "interrupted": [s.nodeid for s in spans if s.outcome == INTERRUPTED],
+        "no_tests_reason": _no_tests_reason(got) if not summary.get("tests_run") else None,
+        "timeout": {"seconds": timeout.seconds, "from": timeout.source, "text": timeout.text()},
+        "disk_full": list(got.disk_full),
+        "output_dropped_bytes": got.output_dropped,
+        "leftover_processes": len(got.leftovers),
+        "kernel_log": got.kernel_log,
+        "warnings": list(got.warnings),
+    }
+
+
+def _no_tests_reason(got: Collected) -> str:
+    """Why no test ran, in one line: pytest's own words, and the selection that was asked."""
+    if got.stopped_by is not None and got.pytest_status is None:
+        return f"stopped by {signal.Signals(got.stopped_by).name} before pytest started"
+    said = got.output.reason() or (f"pytest exited {got.pytest_status} and said nothing about "
+                                   "why (see reproducer.log)")
+    opts = got.plan.opts
+    asked = [f"-k {opts.keyword!r}"] if opts.keyword else []
+    asked += [a for a in opts.pytest_args if not a.startswith("-")][:3]
+    if got.pytest_status == 5 and asked:
+        said += f" (with {' '.join(asked)})"
+    return said
+
+
+def save(result: StressResult, got: Collected, warn: Callable[[str], None]) -> StressResult:
+    """Write the result down: xid.jsonl (final attribution), summary.json, run.json, mapping.
+
+    A full disk does not stop the rest: what cannot be written is named in the summary
+    (``disk_full``), the exit status says so, and everything written before stays readable.
+    """
+    run_dir, summary = result.run_dir, result.summary
+    exit_status = result.exit_status
+    writes: list[tuple[str, Callable[[], None]]] = [
+        (Layout.XID, lambda: write_text_atomic(
+            run_dir / Layout.XID, "".join(dumps(x) + "\n" for x in result.xids), fsync=False)),
+        # the result of the run survives a machine crash (a GPU fault may reset the machine)
+        (Layout.SUMMARY, lambda: write_json_atomic(run_dir / Layout.SUMMARY, summary)),
+        (Layout.RUN, lambda: write_run_info(run_dir, got.run_info.finished(
+            exit_status=exit_status, pytest_exit_status=got.pytest_status))),
+    ]
+    for _, write in writes:
+        try:
+            write()
+        except DiskFullError as exc:
+            summary["disk_full"].append(exc.message)
+            exit_status = exit_status_for(got.pytest_status, True, stopped_by=got.stopped_by,
+                                          disk_full=True)
+            summary["exit_status"] = exit_status
+    _map_run(RunDir(run_dir), summary, warn)
+    return dataclasses.replace(result, exit_status=exit_status)
+
+
+def _map_run(run: RunDir, summary: dict[str, Any], warn: Callable[[str], None]) -> None:
+    """Map the run's fault addresses to its ledger (faulthunt.mapper.map_run). A stress run's
+    addresses are its Xids' (sanitize maps its own findings): without an Xid there is nothing."""
+    if not summary.get("xids"):
+        return
+    from faulthunt.mapper import map_run
+
+    try:
+        map_run(run.path)
+    except DiskFullError as exc:
+        summary["disk_full"].append(exc.message)
+        warn(f"mapping fault addresses: {exc.message}")
+    except FaulthuntError as exc:
+        warn(f"mapping fault addresses: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the stress result stands even if mapping breaks
+        warn(f"mapping fault addresses failed: {type(exc).__name__}: {exc}")

@@ -1,0 +1,392 @@
+"""What a stress run was asked to do, checked before anything starts, and the pytest command.
+
+:func:`check` is the gate: every option is validated (and the kernel-log source opened) before a
+run directory exists or pytest starts, so a bad option is exit 2 with the fix and nothing else
+happens. :func:`build_pytest_argv` and :func:`build_env` are pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from faulthunt.errors import FaulthuntError, UsageError
+from faulthunt.nodeids import pytest_selection
+from faulthunt.rundir import RUN_DIR_ENV, Layout
+from faulthunt.stress.defaults import DEFAULT_MAX_WORKER_RESTART, DEFAULT_TIMEOUT_S, LEDGER_MODES
+
+#: pytest options whose next argument is their value (so that value is not a test target)
+_VALUE_OPTIONS = frozenset({
+    "-k", "-m", "-p", "-o", "--override-ini", "-c", "--config-file", "-W", "--pythonwarnings",
+    "--deselect", "--ignore", "--ignore-glob", "--rootdir", "--basetemp", "--confcutdir",
+    "--junitxml", "--junit-xml", "--junit-prefix", "--tb", "-r", "--log-level", "--log-file",
+    "--durations", "--maxfail", "--count", "-n", "--numprocesses", "--dist", "--tx",
+    "--timeout", "--faulthunt-id", "--faulthunt-run-dir", "--import-mode", "--capture",
+    "--cov", "--cov-report", "--randomly-seed",
+})
+
+
+@dataclasses.dataclass(frozen=True)
+class StressOptions:
+    """What ``faulthunt stress`` was asked to do (see docs/stress.md)."""
+
+    pytest_args: tuple[str, ...] = ()     # positional args and anything after `--`
+    workers: int | str = 1                # -n (int or "auto"); 0 = no xdist
+    count: int = 1                        # --count (pytest-repeat)
+    keyword: str | None = None            # -k
+    maxfail: int | None = None
+    #: per-test seconds before a test counts as hung (thread method). None: the suite's own
+    #: pytest `timeout` setting if it has one, else DEFAULT_TIMEOUT_S; 0: no timeout
+    timeout: float | None = None
+    launch_blocking: bool = True          # CUDA_LAUNCH_BLOCKING=1
+    gpus: tuple[str, ...] | None = None   # round-robin CUDA_VISIBLE_DEVICES per worker
+    run_dir: Path | None = None           # exact dir; else a new .faulthunt/runs/<id>
+    base: Path | None = None
+    xid_source: str = "auto"              # faulthunt.kernlog.open_source spec
+    ledger: str = "auto"                  # auto|cupti|numba|cupy|torch|off
+    cwd: Path | None = None
+    env: Mapping[str, str] | None = None  # extra env for pytest
+    quiet: bool = False
+    max_worker_restart: int = DEFAULT_MAX_WORKER_RESTART
+    recycle: bool = True                  # restart a worker after a sticky CUDA error
+    guard: str | None = None              # guard mode spec (FAULTHUNT_GUARD; docs/guard.md)
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeout:
+    """The per-test timeout a run uses and where it came from (said in summary.json)."""
+
+    seconds: float | None                 # None: off
+    source: str                           # "--timeout", "pytest.ini", ..., "default", "off"
+
+    def text(self) -> str:
+        if self.seconds is None:
+            why = "--timeout 0" if self.source == "off" else f"the suite's {self.source} sets 0"
+            return f"no per-test timeout ({why}): a hanging test is not reported"
+        where = {"--timeout": "--timeout", "default": "faulthunt's default"}.get(
+            self.source, f"the suite's {self.source}")
+        return f"per-test timeout {self.seconds:g} s ({where}; --timeout 0 turns it off)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A checked stress run: the options, the pytest command and what checking found."""
+
+    opts: StressOptions
+    cwd: Path
+    argv: tuple[str, ...]
+    timeout: Timeout
+    #: the opened kernel-log source (None: --xid-source none)
+    xid_source: Any
+    #: what checking could not check or changed, said before the run (e.g. NVML unavailable)
+    notes: tuple[str, ...] = ()
+
+
+# --- pure pieces ---------------------------------------------------------------------------------
+
+def parse_gpus(spec: str, device_count: Callable[[], int | None] | None = None) -> tuple[str, ...]:
+    """``"0,1"`` -> ("0", "1"); ``"all"`` -> every NVML device; UUIDs pass through."""
+    spec = spec.strip()
+    if spec == "all":
+        n = (device_count or nvml_device_count)()
+        if not n:
+            raise UsageError("--gpus all: NVML sees no GPU on this machine",
+                             fix="pass --gpus 0,1,... explicitly, or drop --gpus")
+        return tuple(str(i) for i in range(n))
+    parts = tuple(p.strip() for p in spec.split(",") if p.strip())
+    if not parts:
+        raise UsageError(f"--gpus {spec!r} names no device", fix="use --gpus all or --gpus 0,1")
+    for p in parts:
+        if not (p.isdigit() or p.startswith(("GPU-", "MIG-"))):
+            raise UsageError(f"--gpus: {p!r} is neither a device index nor a GPU-/MIG- UUID",
+                             fix="use --gpus all, --gpus 0,1 or --gpus GPU-<uuid>,...")
+    return parts
+
+
+def nvml_device_count() -> int | None:
+    """Number of GPUs NVML sees; None when NVML cannot be asked (no driver, no pynvml)."""
+    from faulthunt import nvml
+
+    try:
+        with nvml.session() as n:
+            return int(n.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001 - NvmlUnavailable, or pynvml's own NVMLError on the query
+        return None
+
+
+def worker_count(opts: StressOptions) -> int | str:
+    if opts.gpus and opts.workers == "auto":
+        return len(opts.gpus)
+    return opts.workers
+
+
+def split_targets(args: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """(arguments kept in place, parametrized node ids, arguments after a literal ``--``).
+
+    Only positional node ids with parameters (``a.py::test_p[x y]``) are taken out: pytest-repeat
+    renames them (``test_p[x y-1-3]``), so given to pytest as they are they match nothing with
+    ``--count``; they go through :func:`faulthunt.nodeids.pytest_selection` instead. Options,
+    option values (``--deselect a.py::t[1]``), paths and plain ids stay where they were.
+    """
+    kept: list[str] = []
+    ids: list[str] = []
+    after: list[str] = []
+    previous = ""
+    positional_only = False
+    for arg in args:
+        if positional_only:
+            (ids if _is_param_id(arg) else after).append(arg)
+            continue
+        if arg == "--":
+            positional_only = True
+        elif previous not in _VALUE_OPTIONS and _is_param_id(arg):
+            ids.append(arg)
+        else:
+            kept.append(arg)
+        previous = arg
+    return kept, ids, after
+
+
+def _is_param_id(arg: str) -> bool:
+    return not arg.startswith("-") and "::" in arg and "[" in arg.split("::", 1)[1]
+
+
+def is_target(arg: str, previous: str) -> bool:
+    """Whether a pytest argument names something to collect (a path, maybe with ``::``)."""
+    return (not arg.startswith("-") and previous not in _VALUE_OPTIONS
+            and ("::" in arg or "/" in arg or arg.endswith(".py")))
+
+
+def timeout_argv(timeout: Timeout) -> list[str]:
+    # thread: the signal method cannot interrupt a CUDA synchronize. The suite's own setting
+    # is left to pytest-timeout (no --timeout), so it stays the suite's.
+    argv = ["--timeout-method", "thread"]
+    if timeout.source == "off":
+        argv += ["--timeout", "0"]
+    elif timeout.source in ("--timeout", "default") and timeout.seconds:
+        argv += ["--timeout", f"{timeout.seconds:g}"]
+    return argv
+
+
+def build_pytest_argv(opts: StressOptions, python: str = sys.executable, *,
+                      timeout: Timeout | None = None) -> list[str]:
+    """The pytest command line a stress run executes.
+
+    Parametrized node ids among ``pytest_args`` go last, through
+    :func:`faulthunt.nodeids.pytest_selection` (which raises UsageError for a bad one).
+    """
+    argv = [python, "-m", "pytest", "-p", "faulthunt", "-p", "xdist", "-p", "repeat",
+            "-p", "timeout"]
+    n = worker_count(opts)
+    if opts.gpus:
+        count = int(n) if n not in (0, "0") else len(opts.gpus)
+        # One gateway spec per worker: xdist restarts a dead worker from its spec, so the
+        # replacement keeps the slot's device (xdist/dsession.py: _clone_node).
+        for i in range(count):
+            argv += ["--tx", f"popen//env:CUDA_VISIBLE_DEVICES={opts.gpus[i % len(opts.gpus)]}"]
+        argv += ["--dist", "load"]
+    elif n not in (0, "0"):
+        argv += ["-n", str(n)]
+    if n not in (0, "0"):
+        argv += ["--max-worker-restart", str(opts.max_worker_restart)]
+    if opts.count > 1:
+        argv += ["--count", str(opts.count)]
+    if opts.keyword:
+        argv += ["-k", opts.keyword]
+    if opts.maxfail is not None:
+        argv += ["--maxfail", str(opts.maxfail)]
+    argv += timeout_argv(timeout or resolve_timeout(opts.timeout, None))
+    if not opts.recycle:
+        argv += ["--faulthunt-no-recycle"]
+    kept, ids, after = split_targets(opts.pytest_args)
+    argv += kept
+    if ids:
+        argv += pytest_selection(ids, "the command line") + after
+    elif after:
+        argv += ["--", *after]
+    return argv
+
+
+def build_env(opts: StressOptions, run_dir: Path,
+              base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of the pytest child."""
+    env = dict(os.environ if base is None else base)
+    env.update(opts.env or {})
+    env[RUN_DIR_ENV] = str(run_dir.resolve())
+    env["PYTHONFAULTHANDLER"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    if opts.launch_blocking:
+        env["CUDA_LAUNCH_BLOCKING"] = "1"
+    if opts.ledger:
+        env["FAULTHUNT_LEDGER"] = opts.ledger
+    if opts.guard:
+        env["FAULTHUNT_GUARD"] = opts.guard  # guard mode: faulthunt.guard.config.GUARD_ENV
+    if opts.gpus:
+        # CUDA_VISIBLE_DEVICES indices then mean what nvidia-smi/NVML (and our PCI map) mean.
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return env
+
+
+def resolve_timeout(asked: float | None, suite: tuple[str, float] | None) -> Timeout:
+    """The timeout a run uses: asked (0 = off), else the suite's own, else the default."""
+    if asked is not None:
+        return Timeout(float(asked), "--timeout") if asked > 0 else Timeout(None, "off")
+    if suite is not None:
+        where, seconds = suite
+        return Timeout(seconds if seconds > 0 else None, where)
+    return Timeout(DEFAULT_TIMEOUT_S, "default")
+
+
+# --- checking (I/O: the file system, NVML, the kernel log) ---------------------------------------
+
+def check(opts: StressOptions, warn: Callable[[str], None]) -> Plan:
+    """Validate every option before anything starts; UsageError (exit 2) with the fix.
+
+    Opens the kernel-log source (an explicit one that cannot be read is refused; ``auto`` falls
+    back and says so through ``warn``).
+    """
+    cwd = (opts.cwd or Path.cwd()).resolve()
+    if opts.count < 1:
+        raise UsageError(f"--count must be >= 1, not {opts.count}")
+    if opts.timeout is not None and opts.timeout < 0:
+        raise UsageError(f"--timeout must be >= 0 seconds, not {opts.timeout:g}",
+                         fix="--timeout 0 turns the per-test timeout off")
+    if opts.maxfail is not None and opts.maxfail < 1:
+        raise UsageError(f"--maxfail must be >= 1, not {opts.maxfail}", fix="drop --maxfail "
+                         "to run everything")
+    if opts.max_worker_restart < 0:
+        raise UsageError(f"--max-worker-restart must be >= 0, not {opts.max_worker_restart}")
+    if opts.ledger not in LEDGER_MODES:
+        raise UsageError(f"--ledger {opts.ledger!r} is not a ledger mode",
+                         fix=f"use one of: {', '.join(LEDGER_MODES)}")
+    if opts.run_dir is not None:
+        check_run_dir(opts.run_dir if opts.run_dir.is_absolute() else cwd / opts.run_dir)
+    notes = list(check_gpus(opts.gpus))
+    check_targets(opts.pytest_args, cwd)
+    timeout = resolve_timeout(opts.timeout, suite_timeout(cwd))
+    argv = tuple(build_pytest_argv(opts, timeout=timeout))  # a bad node id: UsageError
+    source = open_kernel_log(opts.xid_source, warn)
+    return Plan(opts=opts, cwd=cwd, argv=argv, timeout=timeout, xid_source=source,
+                notes=tuple(notes))
+
+
+#: files that only a run writes: a directory holding one of them holds an earlier run
+_RUN_FILES = (Layout.RUN, Layout.CONTROLLER, Layout.SUMMARY, Layout.REPRODUCER_LOG, Layout.XID)
+
+
+def check_run_dir(path: Path) -> None:
+    """Refuse a --run-dir that is a file or already holds a run (appending would mix two runs'
+    records: a passing test would then report more runs than it had)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--run-dir {path} is a file, not a directory",
+                         fix="pass a directory that does not exist yet")
+    if not path.is_dir():
+        return
+    held = [name for name in _RUN_FILES if (path / name).exists()]
+    for sub in (Layout.EVENTS_DIR, Layout.LEDGER_DIR):
+        try:
+            if any((path / sub).glob("*.jsonl")):
+                held.append(f"{sub}/")
+        except OSError:
+            continue
+    if held:
+        raise UsageError(f"--run-dir {path} already holds a run ({', '.join(held)}): a new run "
+                         "there would mix its records with that one's",
+                         fix=f"pass a new directory (e.g. --run-dir {path}-2), or remove this "
+                             "one first")
+
+
+def check_gpus(gpus: Sequence[str] | None,
+               device_count: Callable[[], int | None] = nvml_device_count) -> list[str]:
+    """Refuse device indexes NVML does not have; a note when NVML cannot be asked."""
+    indexes = [int(g) for g in gpus or () if g.isdigit()]
+    if not indexes:
+        return []
+    n = device_count()
+    if n is None:
+        return [f"--gpus {','.join(gpus or ())}: cannot check the indexes (NVML is not "
+                "available here); workers get them as CUDA_VISIBLE_DEVICES as given"]
+    bad = sorted({i for i in indexes if i >= n})
+    if bad:
+        have = f"0-{n - 1}" if n > 1 else ("0" if n == 1 else "none")
+        raise UsageError(f"--gpus: no GPU {', '.join(map(str, bad))} on this machine "
+                         f"(NVML sees {n}: {have})",
+                         fix="pick indexes NVML lists (nvidia-smi -L), or use --gpus all")
+    return []
+
+
+def check_targets(args: Sequence[str], cwd: Path) -> None:
+    """Refuse a test path that does not exist, and parametrized ids mixed with other targets."""
+    kept, ids, after = split_targets(args)
+    others = [a for prev, a in zip(["", *kept], kept, strict=False) if is_target(a, prev)] + after
+    for arg in [*ids, *others]:
+        path = arg.split("::", 1)[0]
+        if not (cwd / path).exists():
+            raise UsageError(f"test path {path!r} does not exist (in {cwd})",
+                             fix="check the path; paths are relative to the directory "
+                                 "faulthunt runs in")
+    if ids and others:
+        raise UsageError(
+            f"parametrized test ids ({ids[0]}) cannot be mixed with other test paths or ids "
+            f"({others[0]}): with ids, exactly the named tests run",
+            fix="run them in separate stress runs, or name every test by its full id")
+
+
+def suite_timeout(cwd: Path) -> tuple[str, float] | None:
+    """The ``timeout`` of the suite's own pytest configuration, as pytest finds it: the first of
+    pytest.ini, .pytest.ini, pyproject.toml, tox.ini, setup.cfg with a pytest section, in ``cwd``
+    or a parent. None when there is none (or it sets no timeout)."""
+    import configparser
+    import tomllib
+
+    for directory in (cwd, *cwd.parents):
+        for name, section in (("pytest.ini", "pytest"), (".pytest.ini", "pytest"),
+                              ("pyproject.toml", None), ("tox.ini", "pytest"),
+                              ("setup.cfg", "tool:pytest")):
+            path = directory / name
+            if not path.is_file():
+                continue
+            try:
+                if section is None:
+                    table = tomllib.loads(path.read_text(encoding="utf-8"))
+                    ini = table.get("tool", {}).get("pytest", {}).get("ini_options")
+                    if ini is None:
+                        continue
+                    value = ini.get("timeout")
+                else:
+                    parser = configparser.ConfigParser(interpolation=None)
+                    parser.read(path, encoding="utf-8")
+                    if not parser.has_section(section):
+                        if name in ("pytest.ini", ".pytest.ini"):
+                            return None  # pytest takes these even without the section
+                        continue
+                    value = parser.get(section, "timeout", fallback=None)
+            except (OSError, ValueError, configparser.Error, tomllib.TOMLDecodeError):
+                continue  # pytest will say what is wrong with it
+            if value is None or str(value).strip() == "":
+                return None
+            try:
+                return name, float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def open_kernel_log(spec: str, warn: Callable[[str], None]) -> Any:
+    """The opened kernel-log source for ``--xid-source`` (None for ``none``)."""
+    if spec == "none":
+        return None
+    from faulthunt.kernlog import sources
+
+    try:
+        source = sources.open_source(spec, warn=warn)
+        if spec.startswith("file:"):
+            source.cursor()  # a file source is not probed when opened: a missing file fails here
+    except FaulthuntError as exc:
+        raise UsageError(f"--xid-source {spec}: {exc.message}",
+                         fix=exc.fix or f"use one of: {', '.join(sources.SPECS)}") from exc
+    return source
