@@ -86,7 +86,8 @@ _UPTIME_RE = re.compile(r"\[\s{0,20}(\d{1,12}\.\d{1,9})\]:? ?")
 _CTIME_RE = re.compile(r"\[([^\[\]\n]{0,40}\d{1,2}:\d\d:\d\d[^\[\]\n]{0,20})\]:? ?")
 # dmesg --decode: "kern  :warn  : "
 _DECODE_RE = re.compile(r"([a-z][a-z0-9]{1,9}) *: *(emerg|alert|crit|err|warn|notice|info|debug) *: ")
-_ISO_RE = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?) ")
+_ISO_TIME = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+_ISO_RE = re.compile(f"({_ISO_TIME}) ")
 # syslog / journalctl: "Nov 29 11:28:11 zeus kernel: ", "kwi 15 07:56:59 testowy kernel: ",
 # "Dec  2 11:38:47 worker4 kernel: " (two spaces); journalctl -o short-precise adds microseconds.
 _SYSLOG_RE = re.compile(r"(\S{1,12}) {1,2}(\d{1,2}) (\d\d:\d\d:\d\d(?:\.\d{1,9})?) (\S{1,255}) kernel: ")
@@ -390,19 +391,37 @@ def _decode_message_general(message: str) -> tuple[MmuFault | None, GrException 
     return mmu, gr, int(cm.group(1)) if cm else None, int(chm.group(1), 16) if chm else None
 
 
-# --- fast path for the commonest line shape ----------------------------------------------------------
-# One compiled match for a whole modern line in a plain dmesg, /dev/kmsg or bare container:
-#   [   35.371957] NVRM: Xid (PCI:0000:00:06): 31, pid=508, name=python3, channel 0x0000000a, ...
-#   4,362,35371957,c;NVRM: Xid (PCI:0000:00:06): 13, pid='<unknown>', name=<unknown>, Graphics ...
+# --- fast path for the common line shapes ------------------------------------------------------------
+# One compiled match for a whole line in the common containers and driver eras:
+#   [   35.371957] NVRM: Xid (PCI:0000:00:06): 31, pid=508, name=python3, channel 0x0000000a, ...    dmesg
+#   4,362,35371957,c;NVRM: Xid (PCI:0000:00:06): 13, pid='<unknown>', name=<unknown>, Graphics ...    /dev/kmsg
+#   [Wed Dec  2 14:42:29 2026] NVRM: Xid (PCI:0000:3b:00 GPU-I:05 GPU-CI:01): 31, ...                 dmesg -T, MIG
+#   Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid (0000:01:00): 13, 0003 00000000 ...       syslog, <= 418
+#   2026-12-02T14:42:29,250180+00:00 NVRM: Xid ...  <4>[ 33.0] NVRM: Xid ...  kern  :warn  : [ 33.0] NVRM: Xid ...
 # It is a strict sub-case of the general path (_parse_general): whatever it matches, the general path
 # reads to the same event (tests/test_kernlog_fastpath.py checks this on every fixture, the H200
-# captures and hypothesis-generated lines); whatever it does not match (other containers, MIG,
-# pid without "pid=" digits, a name holding ", ", odd spacing) goes the general way. The
-# (?!pid=|name=) guard stops the regex from skipping a pid/name it cannot read and calling it
-# the message. DOTALL: the general path keeps a line's inner "\n" in the message, so must this.
+# captures and hypothesis-generated lines); whatever it does not match (talos, journalctl
+# short-monotonic, localized or odd dates, a PCI function, pid without "pid=" digits, a name holding
+# ", ", odd spacing) goes the general way. Each container alternative is the general grammar's own
+# pattern for that layer (or a narrower one) followed by exactly what the general peeling would read
+# next, and no two alternatives can match the same text. The (?!pid=|name=) guard stops the regex
+# from skipping a pid/name it cannot read and calling it the message. DOTALL: the general path
+# keeps a line's inner "\n" in the message, so must this.
+_UPTIME_FAST = r"\[ {0,20}(?P<%s>\d{1,12}\.\d{1,9})\] "
 _FAST_RE = re.compile(
-    r"(?:\[ {0,20}(?P<ts>\d{1,12}\.\d{1,9})\] |(?P<pri>\d{1,5}),(?P<seq>\d{1,20}),(?P<us>\d{1,20}),[^;,]{0,4};|)"
-    r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\): (?P<xid>\d{1,6}), "
+    r"(?:" + _UPTIME_FAST % "ts" + "|"                                           # dmesg
+    r"(?P<pri>\d{1,5}),(?P<seq>\d{1,20}),(?P<us>\d{1,20}),[^;,]{0,4};|"            # /dev/kmsg record
+    r"\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\] |"   # dmesg -T
+    # syslog / journalctl (optionally short-precise), then optionally dmesg's uptime
+    r"(?P<mon>[A-Za-z]{3}) {1,2}(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d(?:\.\d{1,9})?) [^\s\[\]]{1,64} kernel: "
+    r"(?:" + _UPTIME_FAST % "sts" + ")?|"
+    r"(?P<iso>" + _ISO_TIME + ") |"                                    # dmesg --time-format iso
+    r"<(?P<con>\d{1,4})>(?:" + _UPTIME_FAST % "cts" + ")?|"                        # console, dmesg -r
+    r"[a-z][a-z0-9]{1,9} *: *(?P<dlvl>emerg|alert|crit|err|warn|notice|info|debug) *: "
+    r"(?:" + _UPTIME_FAST % "dts" + ")?|"                                          # dmesg --decode
+    r")"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})"
+    r"(?: GPU-I:(?P<gi>\d{1,5})(?: GPU-CI:(?P<ci>\d{1,5}))?)?\): (?P<xid>\d{1,6}), "
     r"(?:pid=(?:'<unknown>'|(?P<pid>\d{1,10})), )?(?:name=(?P<name>[^,]*), )?(?!pid=|name=)"
     # the message: the Xid 31 MMU shape of _MMU_FAST_RE read in the same match when it is all
     # there is (up to trailing whitespace, which the general path strips), else any text
@@ -427,23 +446,22 @@ def _category(xid: int) -> str:
 
 # --- the one way an XidEvent is made -------------------------------------------------------------------
 
-#: XidEvent's fields in their declared order: :func:`_event` passes them by position, which costs a
-#: third less than by name on every line (tests/test_kernlog_parse.py fails if the record's order
-#: changes without this).
+#: XidEvent's fields in their declared order: the parser passes them by position, which costs a
+#: fifth of passing them by name on every line (tests/test_kernlog_parse.py fails if the record's
+#: order changes without this).
 EVENT_FIELDS = ("xid", "pci", "gpu_instance", "compute_instance", "pid", "process", "message", "category", "mmu",
-                "caused_by", "raw", "seq", "ts", "wall", "channel", "gr", "level")
+                "caused_by", "channel", "gr", "seq", "ts", "wall", "level", "raw")
 
 
 def _event(body: _Body, raw: str, seq: int | None, ts: float | None, wall: str | None,
            level: int | None) -> XidEvent:
-    """The :class:`XidEvent` of one line: what its body and its container said.
+    """The :class:`XidEvent` of one line read by the general grammar: what its body and its container said.
 
-    Every event the parser returns is built here, through the record's own constructor, whichever
-    way its fields were read (the fast pre-filter or the general grammar): a new field is added here.
+    The fast path (:func:`parse_line`) builds the same record inline, by the same positions.
     """
     xid, pci, gi, ci, pid, process, message, category, mmu, caused_by, channel, gr = body
-    return XidEvent(xid, pci, gi, ci, pid, process, message, category, mmu, caused_by, raw, seq, ts, wall, channel, gr,
-                    level)
+    return XidEvent(xid, pci, gi, ci, pid, process, message, category, mmu, caused_by, channel, gr, seq, ts, wall,
+                    level, raw)
 
 
 def parse_line(line: str) -> XidEvent | None:
@@ -457,28 +475,40 @@ def parse_line(line: str) -> XidEvent | None:
         return _parse_general(line, cached=True)
     # The fast pre-filter read the whole line in one match; these are the fields the general
     # grammar would read from it (tests/test_kernlog_fastpath.py holds the two equal).
-    ts, pri, seq, us, pci, xid_s, pid, name, mmu_text, ch, engine, gpc, client, hi, lo, ft, at, other = m.groups()
+    (ts, pri, seq, us, wall, mon, day, hms, sts, iso, con, cts, dlvl, dts, pci, gi, ci, xid_s, pid, name, mmu_text,
+     ch, engine, gpc, client, hi, lo, ft, at, other) = m.groups()
+    level = None
+    if ts is not None:
+        ts = float(ts)
+    elif pri is not None:
+        ts, seq, level = int(us) / 1e6, int(seq), int(pri) & 7
+    elif wall is not None:
+        pass
+    elif mon is not None:
+        wall = f"{mon} {day} {hms}"
+        ts = None if sts is None else float(sts)
+    elif iso is not None:
+        wall = iso
+    elif con is not None:
+        level = int(con) & 7
+        ts = None if cts is None else float(cts)
+    elif dlvl is not None:
+        level = _LEVELS[dlvl]
+        ts = None if dts is None else float(dts)
     if name is not None:
         name = name.strip()
         name = None if name in _UNKNOWN_NAMES else _intern(name)
     xid = int(xid_s)
     if mmu_text is not None:
-        message = mmu_text
-        mmu: MmuFault | None = _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at)
-        gr: GrException | None = None
-        caused_by: int | None = None
-        channel: int | None = int(ch, 16)
-    else:
-        message = other.rstrip()
-        mmu, gr, caused_by, channel = _decode_message(message)
-    category = _CATEGORY.get(xid) or _category(xid)
-    body = (xid, _intern(pci), None, None, None if pid is None else int(pid), name, message, category, mmu,
-            caused_by, channel, gr)
-    if ts is not None:
-        return _event(body, line.rstrip("\r\n"), None, float(ts), None, None)
-    if pri is not None:
-        return _event(body, line.rstrip("\r\n"), int(seq), int(us) / 1e6, None, int(pri) & 7)
-    return _event(body, line.rstrip("\r\n"), None, None, None, None)
+        return XidEvent(xid, _intern(pci), None if gi is None else int(gi), None if ci is None else int(ci),
+                        None if pid is None else int(pid), name, mmu_text, _CATEGORY.get(xid) or _category(xid),
+                        _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at), None, int(ch, 16),
+                        None, seq, ts, wall, level, line.rstrip("\r\n"))
+    message = other.rstrip()
+    mmu, gr, caused_by, channel = _decode_message(message)
+    return XidEvent(xid, _intern(pci), None if gi is None else int(gi), None if ci is None else int(ci),
+                    None if pid is None else int(pid), name, message, _CATEGORY.get(xid) or _category(xid), mmu,
+                    caused_by, channel, gr, seq, ts, wall, level, line.rstrip("\r\n"))
 
 
 def _parse_general(line: str, cached: bool) -> XidEvent | None:
