@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import bisect
 import collections
-import dataclasses
 import functools
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import msgspec
 
 from faulthunt.kernlog.catalog import classify
 from faulthunt.kernlog.pci import normalize_pci
@@ -54,8 +55,7 @@ CONSEQUENCE_XIDS = frozenset({43, 45})
 EPOCH_BACKSTEP = 1.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Incident:
+class Incident(msgspec.Struct, frozen=True, gc=False):
     """One fault as the kernel log tells it."""
 
     #: the first line of the fault (its Xid decides the category)
@@ -159,21 +159,24 @@ def _some(items: list[str], sep: str) -> str:
     return sep.join(items[:DESCRIBE_ITEMS]) + f"{sep}... ({len(items) - DESCRIBE_ITEMS} more)"
 
 
-@dataclasses.dataclass(eq=False)
 class _Open:
     """An incident being built: its lines, and what the searches need to know of it."""
 
-    #: its position in the output (incidents are listed in order of their first line)
-    rank: int
-    events: list[XidEvent]
-    consequences: list[XidEvent]
-    last_index: int
-    #: kernel time of its newest line that had one (as the epoch reads it: never behind an earlier one)
-    last_ts: float | None
-    pid: int | None
-    #: the Xids of ``events`` (for ``caused by previous Xid N``)
-    xids: set[int]
-    app: bool
+    __slots__ = ("rank", "events", "consequences", "last_index", "last_ts", "pid", "xids", "app")
+
+    def __init__(self, rank: int, events: list[XidEvent], consequences: list[XidEvent], last_index: int,
+                 last_ts: float | None, pid: int | None, xids: set[int], app: bool) -> None:
+        #: its position in the output (incidents are listed in order of their first line)
+        self.rank = rank
+        self.events = events
+        self.consequences = consequences
+        self.last_index = last_index
+        #: kernel time of its newest line that had one (as the epoch reads it: never behind an earlier one)
+        self.last_ts = last_ts
+        self.pid = pid
+        #: the Xids of ``events`` (for ``caused by previous Xid N``)
+        self.xids = xids
+        self.app = app
 
     def freeze(self) -> Incident:
         return Incident(self.events[0], tuple(self.events), tuple(self.consequences))

@@ -22,12 +22,13 @@ silently dropping them.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from faulthunt.kernlog.catalog import classify
 from faulthunt.records.xid import GrException, MmuFault, XidEvent
@@ -96,8 +97,7 @@ _HOST_KERNEL_RE = re.compile(r"(\S{1,255}) kernel: ")
 _TALOS_RE = re.compile(r"(\S{1,255}): ([a-z][a-z0-9]{1,9}): ([a-z]{1,8}): \[([^\]\n]{1,40})\]: ")
 
 
-@dataclasses.dataclass(frozen=True)
-class Container:
+class Container(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What the wrapping of one line said: kernel time, kmsg sequence number, wall time, log level, host."""
 
     ts: float | None = None
@@ -579,8 +579,7 @@ def find_lines(buf, pos: int, end: int, final: bool, marker, nl) -> tuple[list, 
         pos = stop + 1
 
 
-@dataclasses.dataclass(frozen=True)
-class ScanResult:
+class ScanResult(msgspec.Struct, frozen=True, gc=False):
     """What :func:`scan_text` found: the events, and the lines that mention Xid but could not be read."""
 
     events: tuple[XidEvent, ...]
