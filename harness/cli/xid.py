@@ -206,7 +206,6 @@ class _Sink:
         self.events: list[XidEvent] = []
         self.unparsed = 0
         self.first_unparsed = ""
-        self._lines: list[str] = []
         self.grouper = None
         if args.incidents:
             from faulthunt.kernlog.incident import IncidentGrouper
@@ -214,28 +213,48 @@ class _Sink:
             self.grouper = IncidentGrouper()
         self.stream_json = args.json and not args.incidents
         if self.stream_json:
-            from faulthunt.kernlog.jsonl import event_json
+            from faulthunt.kernlog.jsonl import events_jsonl
 
-            self._json = event_json
+            self._jsonl = events_jsonl
+            # JSON Lines are UTF-8 bytes: straight to the binary stream under stdout when there is one
+            self._binary: IO[bytes] | None = getattr(out, "buffer", None)
+            out.flush()
 
-    def add(self, ev: XidEvent | None, line: str) -> None:
-        if ev is None:
-            self.unparsed += 1
-            self.first_unparsed = self.first_unparsed or line.rstrip("\r")
-        elif self.stream_json:
-            self._lines.append(self._json(ev))
-            if len(self._lines) >= 512:
-                self.flush()
+    def add_lines(self, lines: list[str]) -> None:
+        """Parse a batch of candidate lines (one chunk of the input) and take their events."""
+        from faulthunt.kernlog.parse import parse_line
+
+        events = list(map(parse_line, lines))
+        if None in events:
+            for ev, line in zip(events, lines, strict=True):
+                if ev is None:
+                    self.unparsed += 1
+                    self.first_unparsed = self.first_unparsed or line.rstrip("\r")
+            events = [ev for ev in events if ev is not None]
+        self.add_events(events)
+
+    def add_events(self, events: list[XidEvent]) -> None:
+        if self.stream_json:
+            if events:
+                data = self._jsonl(events)
+                if self._binary is not None:
+                    self._binary.write(data)
+                else:
+                    self.out.write(data.decode())
         elif self.grouper is not None:
-            self.grouper.add(ev)
+            add = self.grouper.add
+            for ev in events:
+                add(ev)
         else:
-            self.events.append(ev)
+            self.events.extend(events)
+
+    def add_unparsed(self, line: str) -> None:
+        self.unparsed += 1
+        self.first_unparsed = self.first_unparsed or line.rstrip("\r")
 
     def flush(self) -> None:
-        if self._lines:
-            self._lines.append("")
-            self.out.write("\n".join(self._lines))
-            self._lines = []
+        if self.stream_json and self._binary is not None:
+            self._binary.flush()
 
 
 def _scan_paths(paths: list[str], sink: _Sink) -> int:
@@ -253,10 +272,9 @@ def _scan_paths(paths: list[str], sink: _Sink) -> int:
         try:
             scan = StreamScan(stream, limit=limit)
             found = 0
-            add = sink.add
-            for ev, line in scan:
-                add(ev, line)
-                found += 1
+            for lines in scan.batches():
+                sink.add_lines(lines)
+                found += len(lines)
         finally:
             if close:
                 stream.close()
@@ -314,10 +332,9 @@ def _scan_source(spec: str, sink: _Sink) -> None:
             fix="pass a saved log (`faulthunt xid parse kern.log`), pipe one in (`sudo dmesg | faulthunt xid parse`), "
             "or run as root")
     scan = scan_text(source.snapshot())
-    for ev in scan.events:
-        sink.add(ev, ev.raw)
+    sink.add_events(list(scan.events))
     for line in scan.unparsed:
-        sink.add(None, line)
+        sink.add_unparsed(line)
 
 
 def _report(args: argparse.Namespace, sink: _Sink) -> None:

@@ -613,7 +613,8 @@ def parse_text(text: str) -> list[XidEvent]:
     return list(scan_text(text).events)
 
 
-def _decoded(raw: list) -> list[str]:  # type: ignore[type-arg]
+def decode_lines(raw: list[bytes]) -> list[str]:
+    """The candidate lines :func:`find_lines` cut from bytes, as text (UTF-8, undecodable bytes replaced)."""
     return [b.decode("utf-8", "replace") for b in raw]
 
 
@@ -623,7 +624,7 @@ def scan_bytes(data: bytes | bytearray | mmap.mmap) -> ScanResult:
     Candidate lines are found on the bytes and only those are decoded (UTF-8, undecodable bytes
     replaced), so binary junk elsewhere in the log costs nothing and never raises.
     """
-    return _result(_decoded(find_lines(data, 0, len(data), True, MARKER_B, b"\n")[0]))
+    return _result(decode_lines(find_lines(data, 0, len(data), True, MARKER_B, b"\n")[0]))
 
 
 # --- the driver's GPU UUID lines and PCI spellings: one implementation, in kernlog.pci ------------------
