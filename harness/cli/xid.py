@@ -113,26 +113,16 @@ def render_table(events: list[XidEvent], out: IO[str], width: int = 160,
     if not events:
         out.write("no Xid reports found\n")
         return
-    titles: dict[int, str] = {}  # classify() per row was a third of the table's time on a big log
-    head = ("time", "xid", "gpu", "pid", "process", "category")
-    rows = [head]
-    details = ["detail"]
-    for ev in events:
-        title = titles.get(ev.xid)
-        if title is None:
-            title = titles[ev.xid] = classify(ev.xid).title
-        rows.append((_when(ev), str(ev.xid), ev.pci or "-", "-" if ev.pid is None else str(ev.pid), ev.process or "-",
-                     title))
-        details.append(_detail(ev))
-    widths = [max(map(len, col)) for col in zip(*rows, strict=True)]
-    for cells, detail in zip(rows, details, strict=True):
-        line = "  ".join([c.ljust(w) for c, w in zip(cells, widths, strict=True)] + [detail])
-        out.write((line if len(line) <= width else line[: width - 3] + "...") + "\n")
+    _write_rows(events, out, width)
     if incidents is None:
         incidents = group_incidents(events)
-    out.write(f"\n{len(incidents)} incident(s):\n")
+    words = {culprit: f"  [{word}] " for culprit, word in _CULPRIT_WORDS.items()}
+    lines = [f"\n{len(incidents)} incident(s):"]
     for inc in incidents:
-        out.write(f"  [{_CULPRIT_WORDS.get(inc.culprit, inc.culprit)}] {inc.describe()}\n")
+        culprit = inc.culprit
+        lines.append((words.get(culprit) or f"  [{culprit}] ") + inc.describe())
+    lines.append("")
+    out.write("\n".join(lines))
     seen: set[str] = set()
     out.write("\nwhat to do:\n")
     for inc in incidents:
@@ -141,6 +131,38 @@ def render_table(events: list[XidEvent], out: IO[str], width: int = 160,
             continue
         seen.add(entry.category)
         out.write(f"  Xid {entry.xid} ({entry.mnemonic or 'unknown'}): {entry.action}\n")
+
+
+def _write_rows(events: list[XidEvent], out: IO[str], width: int) -> None:
+    """The table's rows: cells padded to their column's width, each line cut to ``width`` with "...".
+
+    A big log's table has tens of thousands of rows, so it is built column by column and laid out
+    by one %-format applied in C; only the detail column is made per event in Python.
+    """
+    from faulthunt.kernlog.catalog import classify
+
+    titles = {xid: classify(xid).title for xid in {ev.xid for ev in events}}
+    columns = [
+        ["time", *("%.6f" % ev.ts if ev.ts is not None else ev.wall or "-" for ev in events)],
+        ["xid", *(str(ev.xid) for ev in events)],
+        ["gpu", *(ev.pci or "-" for ev in events)],
+        ["pid", *("-" if ev.pid is None else str(ev.pid) for ev in events)],
+        ["process", *(ev.process or "-" for ev in events)],
+        ["category", *(titles[ev.xid] for ev in events)],
+    ]
+    widths = [max(map(len, col)) for col in columns]
+    details = ["detail", *map(_detail, events)]
+    room = width - sum(widths) - 2 * len(widths)  # what a line has left for its detail
+    if room >= 3:
+        # a line longer than `width` is its first width-3 characters and "...": that cut falls in the detail
+        details = [d if len(d) <= room else d[:room - 3] + "..." for d in details]
+        layout = "  ".join(f"%-{w}s" for w in widths) + "  %s\n"
+        out.write("".join(map(layout.__mod__, zip(*columns, details, strict=True))))
+        return
+    layout = "  ".join(f"%-{w}s" for w in widths) + "  %s"
+    for cells in zip(*columns, details, strict=True):
+        line = layout % cells
+        out.write((line if len(line) <= width else line[:width - 3] + "...") + "\n")
 
 
 _CULPRIT_WORDS = {

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import functools
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -113,22 +112,31 @@ class Incident(msgspec.Struct, frozen=True, gc=False):
 
     def describe(self) -> str:
         """One line for humans."""
-        who = f"pid {self.pid}" if self.pid is not None else "pid unknown"
-        if self.process:
-            who += f" ({self.process})"
+        # the properties' work done once (a big log's table describes thousands of incidents, and one
+        # process's fault storm can put 10k lines in one)
+        everything = self.all_events
+        pid = next((e.pid for e in everything if e.pid is not None), None)
+        process = next((e.process for e in everything if e.process), None)
+        pci = next((e.pci for e in everything if e.pci), None)
+        who = f"pid {pid}" if pid is not None else "pid unknown"
+        if process:
+            who += f" ({process})"
         what = classify(self.root.xid).title
-        bits = [f"Xid {'/'.join(str(x) for x in self.xids)} on {self.pci or '?'}, {who}: {what}"]
-        addresses = self.addresses
-        if addresses:
-            bits.append("page " + _some([f"0x{a:x}" for a in addresses], ", "))
-        undecodable = sum(1 for e in self.events if e.mmu is not None and not e.mmu.decodable)
-        if undecodable:
-            bits.append(f"{undecodable} undecodable MMU fault(s), not a user address")
-        errors = self.errors
-        if errors:
-            bits.append(_some(list(errors), "; "))
+        xids = "/".join(map(str, sorted({e.xid for e in everything})))
+        bits = [f"Xid {xids} on {pci or '?'}, {who}: {what}"]
+        events = self.events
+        if len(events) > 1 or events[0].mmu is not None or events[0].gr is not None:
+            addresses = self.addresses
+            if addresses:
+                bits.append("page " + _some(addresses, "0x%x", ", "))
+            undecodable = sum(1 for e in events if e.mmu is not None and not e.mmu.decodable)
+            if undecodable:
+                bits.append(f"{undecodable} undecodable MMU fault(s), not a user address")
+            errors = self.errors
+            if errors:
+                bits.append(_some(errors, "%s", "; "))
         if self.consequences:
-            bits.append("then " + _some([f"Xid {e.xid}" for e in self.consequences], ", "))
+            bits.append("then " + _some([e.xid for e in self.consequences], "Xid %s", ", "))
         return " - ".join(bits)
 
     def to_json(self) -> dict[str, Any]:
@@ -153,10 +161,12 @@ class Incident(msgspec.Struct, frozen=True, gc=False):
 DESCRIBE_ITEMS = 8
 
 
-def _some(items: list[str], sep: str) -> str:
+def _some(items: Sequence[object], fmt: str, sep: str) -> str:
+    """``items`` as ``fmt`` each, joined by ``sep``; past DESCRIBE_ITEMS, how many more (only those named are formatted)."""
+    text = sep.join([fmt % (item,) for item in items[:DESCRIBE_ITEMS]])
     if len(items) <= DESCRIBE_ITEMS:
-        return sep.join(items)
-    return sep.join(items[:DESCRIBE_ITEMS]) + f"{sep}... ({len(items) - DESCRIBE_ITEMS} more)"
+        return text
+    return f"{text}{sep}... ({len(items) - DESCRIBE_ITEMS} more)"
 
 
 class _Open:
@@ -231,11 +241,6 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-@functools.lru_cache(maxsize=1024)
-def _gpu_key(pci: str) -> str | None:
-    return normalize_pci(pci)
-
-
 class IncidentGrouper:
     """Groups events fed in log order (:meth:`add`) into incidents (:meth:`incidents`), in linear time.
 
@@ -257,23 +262,33 @@ class IncidentGrouper:
         self._timed: bool | None = None
         self._newest = -math.inf
         self._index = -1
+        #: PCI address as printed -> the GPU's key (normalize_pci)
+        self._keys: dict[str, str | None] = {}
 
     def add(self, ev: XidEvent) -> None:
         """Place one event (the next in log order)."""
         self._index += 1
         i = self._index
-        ts = ev.ts if isinstance(ev.ts, (int, float)) and math.isfinite(ev.ts) else None
+        # (the common types tested first: this runs for every line of a big log)
+        ts = ev.ts
+        if ts.__class__ is not float or ts - ts != 0.0:  # not a finite float: a finite number, else None
+            ts = ts if isinstance(ts, (int, float)) and math.isfinite(ts) else None
         if (ts is not None) is not self._timed or (ts is not None and ts < self._newest - EPOCH_BACKSTEP):
             self._new_epoch(ts is not None)
         if ts is not None:
             if ts < self._newest:
                 ts = self._newest
             self._newest = ts
-        key = _gpu_key(ev.pci) if isinstance(ev.pci, str) else None
+        pci = ev.pci
+        key = self._keys.get(pci) if pci.__class__ is str else None
+        if key is None and isinstance(pci, str):
+            key = self._keys[pci] = normalize_pci(pci)
         gpu = self._gpus.get(key)
         if gpu is None:
             gpu = self._gpus[key] = _Gpu(self.max_gap // 4)
-        pid = _int_or_none(ev.pid)
+        pid = ev.pid
+        if pid.__class__ is not int and pid is not None:
+            pid = _int_or_none(pid)
         consequence = False
         target: _Open | None = None
         if ev.xid in APP_FAULT_XIDS:
