@@ -13,7 +13,6 @@ be read (each unreadable input is named on stderr with the fix).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import stat
 import sys
@@ -360,6 +359,8 @@ def _scan_source(spec: str, sink: _Sink) -> None:
 
 
 def _report(args: argparse.Namespace, sink: _Sink) -> None:
+    import json  # (imported where used: `xid parse --json` streams without it)
+
     out = sink.out
     if sink.stream_json:
         return
@@ -392,6 +393,8 @@ def load_cursor(text: str) -> Cursor:
     a file that is binary, not UTF-8, cut short, huge or of the wrong shape is a message, never a
     traceback.
     """
+    import json
+
     from faulthunt.kernlog.sources import Cursor
 
     text = text.strip()
@@ -447,6 +450,8 @@ def _source_for(cursor: Cursor) -> str:
 
 
 def _cursor(args: argparse.Namespace) -> int:
+    import json
+
     from faulthunt.kernlog import sources
 
     source = sources.open_source(args.source, warn=_warn)
@@ -455,6 +460,8 @@ def _cursor(args: argparse.Namespace) -> int:
 
 
 def _print_result(res: ReadResult, as_json: bool, lines: bool) -> None:
+    import json
+
     out = sys.stdout
     if as_json:
         from faulthunt.kernlog.jsonl import event_json
@@ -524,6 +531,8 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    import json
+
     from faulthunt.kernlog.catalog import classify
 
     for n in args.xid:

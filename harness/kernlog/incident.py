@@ -115,14 +115,18 @@ class Incident(msgspec.Struct, frozen=True, gc=False):
         # the properties' work done once (a big log's table describes thousands of incidents, and one
         # process's fault storm can put 10k lines in one)
         everything = self.all_events
-        pid = next((e.pid for e in everything if e.pid is not None), None)
-        process = next((e.process for e in everything if e.process), None)
-        pci = next((e.pci for e in everything if e.pci), None)
+        if len(everything) == 1:  # most incidents of a big log are one line
+            e = everything[0]
+            pid, process, pci, xids = e.pid, e.process, e.pci, str(e.xid)
+        else:
+            pid = next((e.pid for e in everything if e.pid is not None), None)
+            process = next((e.process for e in everything if e.process), None)
+            pci = next((e.pci for e in everything if e.pci), None)
+            xids = "/".join(map(str, sorted({e.xid for e in everything})))
         who = f"pid {pid}" if pid is not None else "pid unknown"
         if process:
             who += f" ({process})"
         what = classify(self.root.xid).title
-        xids = "/".join(map(str, sorted({e.xid for e in everything})))
         bits = [f"Xid {xids} on {pci or '?'}, {who}: {what}"]
         events = self.events
         if len(events) > 1 or events[0].mmu is not None or events[0].gr is not None:

@@ -42,6 +42,7 @@ MARKER_B = MARKER.encode()
 #: Widest GPU virtual address of any NVIDIA MMU (Hopper and later: 57 bits). A decoded Xid 31
 #: address at or above this cannot be a user VA.
 GPU_VA_BITS = 57
+_VA_LIMIT = 1 << GPU_VA_BITS
 
 # --- the Xid report itself ------------------------------------------------------------------------
 # Real line (H200, driver 580.159.04):
@@ -366,7 +367,7 @@ def _parse_body(report: str, general: bool = False) -> _Body | None:
 _MMU_FAST_RE = re.compile(
     r"(?:channel 0x|Ch )(?P<ch>[0-9A-Fa-f]{8}), intr [0-9A-Fa-f]{8}\. MMU Fault: ENGINE (?P<engine>[A-Z0-9_]{1,64}) "
     r"(?:GPC(?P<gpc>[0-9]{1,4}) )?(?!GPC[0-9]{1,4} )(?P<client>[A-Z0-9_]{1,64}) "
-    r"faulted @ 0x(?P<hi>[0-9A-Fa-f]{1,16})_(?P<lo>[0-9A-Fa-f]{1,16})\. "
+    r"faulted @ (?P<addr>0x(?P<hi>[0-9A-Fa-f]{1,16})_(?P<lo>[0-9A-Fa-f]{1,16}))\. "
     r"Fault is of type (?P<ft>[A-Z0-9_]{1,64}) (?P<at>[A-Z0-9_]{1,64})"
 )
 _mmu_fast = _MMU_FAST_RE.fullmatch
@@ -377,7 +378,7 @@ def _decode_message(message: str) -> tuple[MmuFault | None, GrException | None, 
     """The decodable parts of a message (cached apart from the pid/name: those vary, messages repeat)."""
     m = _mmu_fast(message)
     if m is not None:
-        ch, engine, gpc, client, hi, lo, ft, at = m.groups()
+        ch, engine, gpc, client, _, hi, lo, ft, at = m.groups()
         return _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at), None, None, int(ch, 16)
     return _decode_message_general(message)
 
@@ -476,7 +477,7 @@ def parse_line(line: str) -> XidEvent | None:
     # The fast pre-filter read the whole line in one match; these are the fields the general
     # grammar would read from it (tests/test_kernlog_fastpath.py holds the two equal).
     (ts, pri, seq, us, wall, mon, day, hms, sts, iso, con, cts, dlvl, dts, pci, gi, ci, xid_s, pid, name, mmu_text,
-     ch, engine, gpc, client, hi, lo, ft, at, other) = m.groups()
+     ch, engine, gpc, client, addr, hi, lo, ft, at, other) = m.groups()
     level = None
     if ts is not None:
         ts = float(ts)
@@ -500,10 +501,17 @@ def parse_line(line: str) -> XidEvent | None:
         name = None if name in _UNKNOWN_NAMES else _intern(name)
     xid = int(xid_s)
     if mmu_text is not None:
+        gpc = None if gpc is None else int(gpc)
+        address = int(hi, 16) << 32 | int(lo, 16)
+        # the decodable fault (every test of _mmu passed: 8 low digits, within the GPU VA, page
+        # aligned, no UNRECOGNIZED_* name, a client) built at once; any other through _mmu
+        if len(lo) == 8 and address < _VA_LIMIT and not address & 0xFFF and "UNRECOGNIZED" not in mmu_text:
+            mmu = MmuFault(address, engine, gpc, client, ft, at, True, addr, None)
+        else:
+            mmu = _mmu(engine, gpc, client, hi, lo, ft, at)
         return XidEvent(xid, _intern(pci), None if gi is None else int(gi), None if ci is None else int(ci),
                         None if pid is None else int(pid), name, mmu_text, _CATEGORY.get(xid) or _category(xid),
-                        _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at), None, int(ch, 16),
-                        None, seq, ts, wall, level, line.rstrip("\r\n"))
+                        mmu, None, int(ch, 16), None, seq, ts, wall, level, line.rstrip("\r\n"))
     message = other.rstrip()
     mmu, gr, caused_by, channel = _decode_message(message)
     return XidEvent(xid, _intern(pci), None if gi is None else int(gi), None if ci is None else int(ci),
