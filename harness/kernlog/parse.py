@@ -563,50 +563,50 @@ def find_lines(buf, pos: int, end: int, final: bool, marker, nl) -> tuple[list, 
     whether that next call starts inside an over-long line (skip to its newline first).
     """
     out: list = []  # type: ignore[type-arg]
+    append = out.append
     find, rfind = buf.find, buf.rfind
     mlen = len(marker)
     rare = marker[_RARE_AT:_RARE_AT + 1]
-    last = max(0, end - mlen + _RARE_AT + 1)  # a marker's rare character lies before this (never negative:
-    # find would read a negative end from the end of the buffer)
+    before = marker[_RARE_AT - 1]  # the character before it: one index, no slice, rules out most hits
+    # a marker's rare character lies before `last` (never negative: find reads a negative end from
+    # the end of the buffer)
+    last = max(0, end - mlen + _RARE_AT + 1)
     misses = (end - pos) >> 9
     while True:
         # The marker's rare character first, by a one-character find (memchr, several times the
-        # speed of find(marker)); then the whole marker is compared around each hit. Text dense in
-        # that character (more than 1 in 512) would make this slower than find(marker): past that
-        # many misses, find(marker) takes over for the rest of the call. Both find the same markers.
+        # speed of find(marker)), the whole marker compared around each hit. Text dense in that
+        # character (more than 1 in 512) would make this slower than find(marker): past that many
+        # misses, find(marker) takes over for the rest of the call. Both find the same markers.
         i = -1
-        if misses >= 0:
+        if misses > 0:
             j = find(rare, pos + _RARE_AT, last)
-            while j >= 0:
-                if buf[j - _RARE_AT:j - _RARE_AT + mlen] == marker:
-                    i = j - _RARE_AT
-                    break
+            while j >= 0 and misses > 0 and (buf[j - 1] != before or buf[j - _RARE_AT:j - _RARE_AT + mlen] != marker):
                 misses -= 1
-                if misses < 0:
-                    break
                 j = find(rare, j + 1, last)
-        if misses < 0:
+            if j >= 0:
+                i = j - _RARE_AT
+        if misses <= 0:
             i = find(marker, pos, end)
         if i < 0:
             # keep what a marker straddling `end` needs: its own start and MAX_SIDE before it
             keep = max(pos, end - mlen + 1 - MAX_SIDE)
             return out, max(keep, rfind(nl, keep, end) + 1), False
-        start = max(rfind(nl, max(0, i - MAX_SIDE), i) + 1, i - MAX_SIDE)
+        low = i - MAX_SIDE if i > MAX_SIDE else 0
+        start = rfind(nl, low, i) + 1 or low
         cap = i + MAX_SIDE
-        stop = find(nl, i, min(cap, end))
-        if stop < 0:
-            if cap <= end:  # over-long: cut here, then skip to the line's real end
-                out.append(buf[start:cap])
-                stop = find(nl, cap, end)
-                if stop < 0:
-                    return out, end, not final
-            elif final:
-                out.append(buf[start:end])
-                return out, end, False
-            else:
-                return out, start, False
+        stop = find(nl, i, cap if cap < end else end)
+        if stop >= 0:
+            append(buf[start:stop])
+        elif cap <= end:  # over-long: cut here, then skip to the line's real end
+            append(buf[start:cap])
+            stop = find(nl, cap, end)
+            if stop < 0:
+                return out, end, not final
+        elif final:
+            append(buf[start:end])
+            return out, end, False
         else:
-            out.append(buf[start:stop])
+            return out, start, False
         pos = stop + 1
 
 
