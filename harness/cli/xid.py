@@ -13,6 +13,7 @@ be read (each unreadable input is named on stderr with the fix).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import stat
 import sys
@@ -83,18 +84,29 @@ def _warn(msg: str) -> None:
 
 
 def _detail(ev: XidEvent) -> str:
-    if ev.mmu is not None:
-        m = ev.mmu
+    m = ev.mmu
+    if m is not None:
         where = f"0x{m.address:x}" if m.address is not None else f"{m.address_text} (undecodable: {m.reason})"
-        parts = [where, m.engine or "", f"GPC{m.gpc}" if m.gpc is not None else "", m.client or "",
-                 m.fault_type or "", (m.access_type or "").replace("ACCESS_TYPE_", "")]
-        return " ".join(p for p in parts if p)
+        try:
+            what = _mmu_words(m.engine, m.gpc, m.client, m.fault_type, m.access_type)
+        except TypeError:  # a value that is no key (a damaged record read back)
+            what = _mmu_words.__wrapped__(m.engine, m.gpc, m.client, m.fault_type, m.access_type)
+        return f"{where} {what}" if what else where
     if ev.gr is not None and ev.gr.kind in ("warp", "global"):
         loc = f"GPC {ev.gr.gpc}, TPC {ev.gr.tpc}" + (f", SM {ev.gr.sm}" if ev.gr.sm is not None else "")
         return f"{ev.gr.kind} exception ({loc}): {ev.gr.error or ''}".strip()
     if ev.caused_by is not None:
         return f"caused by previous Xid {ev.caused_by}: {ev.message}"
     return ev.message
+
+
+@functools.lru_cache(maxsize=1024)
+def _mmu_words(engine: str | None, gpc: int | None, client: str | None, fault_type: str | None,
+               access_type: str | None) -> str:
+    """The words of an MMU fault after its address (few kinds, repeated on every line of a fault storm)."""
+    parts = [engine or "", f"GPC{gpc}" if gpc is not None else "", client or "", fault_type or "",
+             (access_type or "").replace("ACCESS_TYPE_", "")]
+    return " ".join(p for p in parts if p)
 
 
 def _when(ev: XidEvent) -> str:
