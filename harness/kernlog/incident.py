@@ -90,7 +90,7 @@ class Incident(msgspec.Struct, frozen=True, gc=False):
 
     @property
     def culprit(self) -> str:
-        return classify(self.root.xid).culprit
+        return _reading(self.root.xid)[1]
 
     @property
     def addresses(self) -> tuple[int, ...]:
@@ -126,7 +126,7 @@ class Incident(msgspec.Struct, frozen=True, gc=False):
         who = f"pid {pid}" if pid is not None else "pid unknown"
         if process:
             who += f" ({process})"
-        what = classify(self.root.xid).title
+        what = _reading(self.root.xid)[0]
         bits = [f"Xid {xids} on {pci or '?'}, {who}: {what}"]
         events = self.events
         if len(events) > 1 or events[0].mmu is not None or events[0].gr is not None:
@@ -159,6 +159,18 @@ class Incident(msgspec.Struct, frozen=True, gc=False):
             "consequences": [e.to_json() for e in self.consequences],
             "description": self.describe(),
         }
+
+
+#: Xid -> (title, culprit) of its catalog entry: read for every incident of a big log's table
+_READINGS: dict[int, tuple[str, str]] = {}
+
+
+def _reading(xid: int) -> tuple[str, str]:
+    reading = _READINGS.get(xid)
+    if reading is None:
+        entry = classify(xid)
+        reading = _READINGS[xid] = (entry.title, entry.culprit)
+    return reading
 
 
 #: items of a list a one-line description names before saying how many more there are
@@ -318,9 +330,6 @@ class IncidentGrouper:
         self._gpus = {}
         self._newest = -math.inf
 
-    def _clock(self, inc: _Open) -> float:
-        return inc.last_ts if self._timed else inc.last_index  # type: ignore[return-value]
-
     # -- the 13/31 search -------------------------------------------------------------------------------
 
     def _fault_target(self, gpu: _Gpu, ev: XidEvent, pid: int | None, ts: float | None, i: int) -> _Open | None:
@@ -371,6 +380,8 @@ class IncidentGrouper:
 
     def _newest_pidless(self, gpu: _Gpu, ts: float | None, i: int) -> _Open | None:
         """The newest reachable pid-less incident within ``window``; drops those that can never be again."""
+        if not gpu.app_nopid:
+            return None
         best: _Open | None = None
         keep: list[_Open] = []
         for inc in gpu.app_nopid:
@@ -461,9 +472,10 @@ class IncidentGrouper:
             self._touched(gpu, inc)
 
     def _touched(self, gpu: _Gpu, inc: _Open) -> None:
-        clock = self._clock(inc)
+        timed = self._timed
+        clock = inc.last_ts if timed else inc.last_index
         gpu.expiry.append((clock, inc))
-        if self._timed:
+        if timed:
             recent = gpu.recent
             while recent and recent[-1][1].rank <= inc.rank:  # a newer touch of a newer incident outranks it
                 recent.pop()
