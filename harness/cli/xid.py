@@ -371,14 +371,14 @@ def _scan_source(spec: str, sink: _Sink) -> None:
 
 
 def _report(args: argparse.Namespace, sink: _Sink) -> None:
-    import json  # (imported where used: `xid parse --json` streams without it)
-
     out = sink.out
     if sink.stream_json:
         return
     if sink.grouper is not None:
         incidents = sink.grouper.incidents()
         if args.json:
+            import json  # (here, not at the top: `xid parse --json` streams without it)
+
             for inc in incidents:
                 out.write(json.dumps(inc.to_json()) + "\n")
             return
