@@ -169,7 +169,8 @@ def test_fast_and_general_paths_agree_on_generated_lines(cont: str, dev: str, xi
 
 _BODIES = ["31, pid=5, name=p, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_T1_6 "
            "faulted @ 0x7f7d_dbe00000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE",
-           "13, Graphics SM Warp Exception on (GPC 1, TPC 4, SM 0): Misaligned Address", "43, pid=7, channel 0x1", "79, x"]
+           "13, Graphics SM Warp Exception on (GPC 1, TPC 4, SM 0): Misaligned Address", "43, pid=7, channel 0x1",
+           "79, x"]
 
 
 @pytest.mark.parametrize("cont", CONTAINERS)

@@ -178,7 +178,8 @@ DESCRIBE_ITEMS = 8
 
 
 def _some(items: Sequence[object], fmt: str, sep: str) -> str:
-    """``items`` as ``fmt`` each, joined by ``sep``; past DESCRIBE_ITEMS, how many more (only those named are formatted)."""
+    """``items`` as ``fmt`` each, joined by ``sep``; past DESCRIBE_ITEMS, how many more (only the
+    items named are formatted: a fault storm's incident has thousands)."""
     text = sep.join([fmt % (item,) for item in items[:DESCRIBE_ITEMS]])
     if len(items) <= DESCRIBE_ITEMS:
         return text

@@ -445,7 +445,7 @@ def _category(xid: int) -> str:
     return category
 
 
-# --- the one way an XidEvent is made -------------------------------------------------------------------
+# --- how an XidEvent is made -------------------------------------------------------------------------
 
 #: XidEvent's fields in their declared order: the parser passes them by position, which costs a
 #: fifth of passing them by name on every line (tests/test_kernlog_parse.py fails if the record's
@@ -580,7 +580,8 @@ def find_lines(buf, pos: int, end: int, final: bool, marker, nl) -> tuple[list, 
         i = -1
         if misses > 0:
             j = find(rare, pos + _RARE_AT, last)
-            while j >= 0 and misses > 0 and (buf[j - 1] != before or buf[j - _RARE_AT:j - _RARE_AT + mlen] != marker):
+            while j >= 0 and misses > 0 and (buf[j - 1] != before
+                                             or buf[j - _RARE_AT:j - _RARE_AT + mlen] != marker):
                 misses -= 1
                 j = find(rare, j + 1, last)
             if j >= 0:
