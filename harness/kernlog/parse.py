@@ -373,6 +373,12 @@ _MMU_FAST_RE = re.compile(
 _mmu_fast = _MMU_FAST_RE.fullmatch
 
 
+# An ESR line's message is its register pairs and nothing else (the general decoders read exactly
+# these from it: no MMU, warp or channel text can be in it); its values differ on every line.
+_ESR_ONLY_RE = re.compile(_ESR_RE.pattern)
+_esr_only = _ESR_ONLY_RE.fullmatch
+
+
 @functools.lru_cache(maxsize=4096)
 def _decode_message(message: str) -> tuple[MmuFault | None, GrException | None, int | None, int | None]:
     """The decodable parts of a message (cached apart from the pid/name: those vary, messages repeat)."""
@@ -380,6 +386,10 @@ def _decode_message(message: str) -> tuple[MmuFault | None, GrException | None, 
     if m is not None:
         ch, engine, gpc, client, _, hi, lo, ft, at = m.groups()
         return _mmu(engine, None if gpc is None else int(gpc), client, hi, lo, ft, at), None, None, int(ch, 16)
+    m = _esr_only(message)
+    if m is not None:
+        pairs = tuple((int(r, 16), int(v, 16)) for r, v in _ESR_PAIR_RE.findall(m.group("pairs")))
+        return None, GrException("esr", None, None, None, None, pairs), None, None
     return _decode_message_general(message)
 
 
