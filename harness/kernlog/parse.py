@@ -242,27 +242,33 @@ def decode_mmu(message: str) -> MmuFault | None:
 def _mmu(engine: str, gpc: int | None, client: str | None, hi_s: str, lo_s: str, ftype: str | None,
          atype: str | None) -> MmuFault:
     """The MmuFault for the tokens of one ``MMU Fault:`` text (shared by :func:`decode_mmu` and the fast path)."""
-    reason = None
     hi, lo = int(hi_s, 16), int(lo_s, 16)
     address = (hi << 32) | lo
-    # (the substring test first: it is one C call, and true only for garbage faults)
-    unrecognized = ([x for x in (engine, client, ftype, atype) if x and x.startswith("UNRECOGNIZED")]
-                    if "UNRECOGNIZED" in f"{engine}{client}{ftype}{atype}" else None)
-    if unrecognized:
-        reason = "unrecognized " + ", ".join(unrecognized)
-    elif len(lo_s) != 8:
-        reason = f"low half 0x{lo_s} is not 8 hex digits (truncated line?)"
-    elif hi >= 1 << 32:
-        reason = f"high half 0x{hi_s} is wider than 32 bits"
-    elif address >= 1 << GPU_VA_BITS:
-        reason = f"address 0x{address:x} is beyond the {GPU_VA_BITS}-bit GPU virtual address space"
-    elif address % 4096:
-        reason = f"address 0x{address:x} is not 4 KiB aligned"
-    elif client is None:
-        reason = "no client named"
+    reason = _unrecognized(engine, client, ftype, atype)
+    if reason is None:
+        if len(lo_s) != 8:
+            reason = f"low half 0x{lo_s} is not 8 hex digits (truncated line?)"
+        elif hi >= 1 << 32:
+            reason = f"high half 0x{hi_s} is wider than 32 bits"
+        elif address >= 1 << GPU_VA_BITS:
+            reason = f"address 0x{address:x} is beyond the {GPU_VA_BITS}-bit GPU virtual address space"
+        elif address % 4096:
+            reason = f"address 0x{address:x} is not 4 KiB aligned"
+        elif client is None:
+            reason = "no client named"
     # by position, in MmuFault's declared order (MMU_FIELDS; tested like EVENT_FIELDS)
     return MmuFault(None if reason else address, engine, gpc, client, ftype, atype, reason is None, f"0x{hi_s}_{lo_s}",
                     reason)
+
+
+@functools.lru_cache(maxsize=256)
+def _unrecognized(*names: str | None) -> str | None:
+    """Why a fault naming an ``UNRECOGNIZED_*`` engine, client or type is not decodable (None: it names none).
+
+    Cached: a GPU that prints garbage prints the same garbage fault after fault.
+    """
+    unrecognized = [x for x in names if x and x.startswith("UNRECOGNIZED")]
+    return "unrecognized " + ", ".join(unrecognized) if unrecognized else None
 
 
 MMU_FIELDS = ("address", "engine", "gpc", "client", "fault_type", "access_type", "decodable", "address_text", "reason")
@@ -418,19 +424,16 @@ def _decode_message_general(message: str) -> tuple[MmuFault | None, GrException 
 # next, and no two alternatives can match the same text. The (?!pid=|name=) guard stops the regex
 # from skipping a pid/name it cannot read and calling it the message. DOTALL: the general path
 # keeps a line's inner "\n" in the message, so must this.
-_UPTIME_FAST = r"\[ {0,20}(?P<%s>\d{1,12}\.\d{1,9})\] "
 _FAST_RE = re.compile(
-    r"(?:" + _UPTIME_FAST % "ts" + "|"                                           # dmesg
-    r"(?P<pri>\d{1,5}),(?P<seq>\d{1,20}),(?P<us>\d{1,20}),[^;,]{0,4};|"            # /dev/kmsg record
-    r"\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\] |"   # dmesg -T
-    # syslog / journalctl (optionally short-precise), then optionally dmesg's uptime
-    r"(?P<mon>[A-Za-z]{3}) {1,2}(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d(?:\.\d{1,9})?) [^\s\[\]]{1,64} kernel: "
-    r"(?:" + _UPTIME_FAST % "sts" + ")?|"
-    r"(?P<iso>" + _ISO_TIME + ") |"                                    # dmesg --time-format iso
-    r"<(?P<con>\d{1,4})>(?:" + _UPTIME_FAST % "cts" + ")?|"                        # console, dmesg -r
-    r"[a-z][a-z0-9]{1,9} *: *(?P<dlvl>emerg|alert|crit|err|warn|notice|info|debug) *: "
-    r"(?:" + _UPTIME_FAST % "dts" + ")?|"                                          # dmesg --decode
-    r")"
+    r"(?:(?P<pri>\d{1,5}),(?P<seq>\d{1,20}),(?P<us>\d{1,20}),[^;,]{0,4};|"           # /dev/kmsg record
+    r"\[(?P<wall>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\] |"   # dmesg -T
+    r"(?P<iso>" + _ISO_TIME + ") |"                                                 # dmesg --time-format iso
+    # an outer layer or none: syslog / journalctl (optionally short-precise), console / dmesg -r,
+    # dmesg --decode; then dmesg's uptime or none
+    r"(?:(?P<mon>[A-Za-z]{3}) {1,2}(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d(?:\.\d{1,9})?) [^\s\[\]]{1,64} kernel: |"
+    r"<(?P<con>\d{1,4})>|"
+    r"[a-z][a-z0-9]{1,9} *: *(?P<dlvl>emerg|alert|crit|err|warn|notice|info|debug) *: )?"
+    r"(?:\[ {0,20}(?P<ts>\d{1,12}\.\d{1,9})\] )?)"
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})"
     r"(?: GPU-I:(?P<gi>\d{1,5})(?: GPU-CI:(?P<ci>\d{1,5}))?)?\): (?P<xid>\d{1,6}), "
     r"(?:pid=(?:'<unknown>'|(?P<pid>\d{1,10})), )?(?:name=(?P<name>[^,]*), )?(?!pid=|name=)"
@@ -486,26 +489,21 @@ def parse_line(line: str) -> XidEvent | None:
         return _parse_general(line, cached=True)
     # The fast pre-filter read the whole line in one match; these are the fields the general
     # grammar would read from it (tests/test_kernlog_fastpath.py holds the two equal).
-    (ts, pri, seq, us, wall, mon, day, hms, sts, iso, con, cts, dlvl, dts, pci, gi, ci, xid_s, pid, name, mmu_text,
+    (pri, seq, us, wall, iso, mon, day, hms, con, dlvl, ts, pci, gi, ci, xid_s, pid, name, mmu_text,
      ch, engine, gpc, client, addr, hi, lo, ft, at, other) = m.groups()
     level = None
     if ts is not None:
         ts = float(ts)
-    elif pri is not None:
+    if pri is not None:
         ts, seq, level = int(us) / 1e6, int(seq), int(pri) & 7
-    elif wall is not None:
-        pass
-    elif mon is not None:
-        wall = f"{mon} {day} {hms}"
-        ts = None if sts is None else float(sts)
     elif iso is not None:
         wall = iso
+    elif mon is not None:
+        wall = f"{mon} {day} {hms}"
     elif con is not None:
         level = int(con) & 7
-        ts = None if cts is None else float(cts)
     elif dlvl is not None:
         level = _LEVELS[dlvl]
-        ts = None if dts is None else float(dts)
     if name is not None:
         name = name.strip()
         name = None if name in _UNKNOWN_NAMES else _intern(name)
