@@ -297,3 +297,42 @@ def test_a_long_incident_is_described_in_one_short_line() -> None:
     assert len(inc.addresses) == 10_000 and inc.addresses[:2] == (0, 0x1000)
     line = inc.describe()
     assert len(line) < 400 and "(9992 more)" in line and "(12 more)" in line
+
+
+def _describe_by_the_properties(inc) -> str:  # type: ignore[no-untyped-def]
+    """Incident.describe as the properties spell it out (the specification describe's one pass keeps)."""
+    from faulthunt.kernlog.catalog import classify
+    from faulthunt.kernlog.incident import DESCRIBE_ITEMS
+
+    def some(items: list[str], sep: str) -> str:
+        if len(items) <= DESCRIBE_ITEMS:
+            return sep.join(items)
+        return sep.join(items[:DESCRIBE_ITEMS]) + f"{sep}... ({len(items) - DESCRIBE_ITEMS} more)"
+
+    who = f"pid {inc.pid}" if inc.pid is not None else "pid unknown"
+    if inc.process:
+        who += f" ({inc.process})"
+    bits = [f"Xid {'/'.join(str(x) for x in inc.xids)} on {inc.pci or '?'}, {who}: {classify(inc.root.xid).title}"]
+    if inc.addresses:
+        bits.append("page " + some([f"0x{a:x}" for a in inc.addresses], ", "))
+    undecodable = sum(1 for e in inc.events if e.mmu is not None and not e.mmu.decodable)
+    if undecodable:
+        bits.append(f"{undecodable} undecodable MMU fault(s), not a user address")
+    if inc.errors:
+        bits.append(some(list(inc.errors), "; "))
+    if inc.consequences:
+        bits.append("then " + some([f"Xid {e.xid}" for e in inc.consequences], ", "))
+    return " - ".join(bits)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.one_of(_events(timed=True), _events(timed=False)))
+def test_describe_says_what_the_properties_say(events: list[XidEvent]) -> None:
+    for inc in group_incidents(events):
+        assert inc.describe() == _describe_by_the_properties(inc)
+
+
+def test_describe_says_what_the_properties_say_on_the_captures() -> None:
+    for name in ("dmesg.txt", "dmesg_T.txt", "kmsg_raw.txt", "dmesg_iso.txt"):
+        for inc in group_incidents(_h200(name)):
+            assert inc.describe() == _describe_by_the_properties(inc), name

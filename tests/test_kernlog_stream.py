@@ -147,3 +147,42 @@ def test_holes_of_a_sparse_file_are_skipped_with_the_same_result(tmp_path: Path,
     events = [ev for ev, _ in got if ev is not None]
     unparsed = [line.rstrip("\r") for ev, line in got if ev is None]
     assert (events, unparsed) == _whole(data) and scan.bytes_read == len(data)
+
+
+# --- finding the marker: its rare character first, the whole marker where that is -----------------------
+
+def _oracle(text: bytes) -> list[bytes]:
+    """The candidate lines by the plainest reading: every line holding the marker (lines here are short)."""
+    return [ln for ln in text.split(b"\n") if P.MARKER_B in ln]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from([b"X", b"XX", b"Xid", b"NVRM: ", b"NVRM: X", b"NVRM: Xi", P.MARKER_B, b"\n", b"a",
+                                 b"NVRM: NVRM: Xid", b"id X", b"\xff"]), max_size=60),
+       st.integers(min_value=0, max_value=3))
+def test_find_lines_finds_exactly_the_lines_holding_the_marker(pieces: list[bytes], rotate: int) -> None:
+    text = b"".join(pieces[rotate:] + pieces[:rotate])
+    lines, _, _ = P.find_lines(text, 0, len(text), True, P.MARKER_B, b"\n")
+    assert lines == _oracle(text)
+    as_text = text.decode("latin-1")
+    assert P.find_lines(as_text, 0, len(as_text), True, P.MARKER, "\n")[0] == [x.decode("latin-1") for x in lines]
+    assert _streamed(text, chunk=16)[0] == _whole(text)[0]
+
+
+@pytest.mark.parametrize("fill", [b"X", b"NVRM: X\n", b"EXT4-fs XFS Xeon XSAVE\n"])
+def test_text_dense_in_the_rare_character_still_finds_every_marker(fill: bytes) -> None:
+    """Past one miss per 512 bytes the rare-character search hands over to find(marker): same lines."""
+    text = fill * 5000 + LINE + b"\n" + fill * 5000 + LINE + b"\n" + fill * 3
+    assert P.find_lines(text, 0, len(text), True, P.MARKER_B, b"\n")[0] == _oracle(text)
+    assert [ev.xid for ev in P.scan_bytes(text).events] == [43, 43]
+    assert len(_streamed(text, chunk=4096)[0]) == 2
+
+
+def test_a_marker_is_found_within_the_range_asked_only() -> None:
+    """A marker whose rare character lies past ``end`` (or before ``pos``) is not in the range."""
+    text = b"ab NVRM: Xid (x\nNVRM: Xid"
+    for end in range(len(text) + 1):
+        lines, _, _ = P.find_lines(text, 0, end, True, P.MARKER_B, b"\n")
+        assert lines == _oracle(text[:end]), end
+    lines, _, _ = P.find_lines(text, 4, len(text), True, P.MARKER_B, b"\n")
+    assert lines == [b"NVRM: Xid"]

@@ -195,12 +195,16 @@ def test_parse_refuses_devices_with_the_fix(capsys: pytest.CaptureFixture[str]) 
     assert "is a device" in err and "--source kmsg" in err
 
 
-def test_parse_streams_json_as_json_dumps_writes_it(capsys: pytest.CaptureFixture[str]) -> None:
+def test_parse_streams_json_lines_of_the_records(capsys: pytest.CaptureFixture[str]) -> None:
+    """One line per event, each its to_json object (keys in order), as kernlog.jsonl encodes it."""
+    from faulthunt.kernlog.jsonl import event_json
     from faulthunt.kernlog.parse import scan_bytes
 
     assert main(["xid", "parse", "--json", str(H200_DMESG)]) == 0
-    expected = "".join(json.dumps(e.to_json()) + "\n" for e in scan_bytes(H200_DMESG.read_bytes()).events)
-    assert capsys.readouterr().out == expected
+    events = scan_bytes(H200_DMESG.read_bytes()).events
+    out = capsys.readouterr().out
+    assert out == "".join(event_json(e) + "\n" for e in events)
+    assert [list(json.loads(line).items()) for line in out.splitlines()] == [list(e.to_json().items()) for e in events]
 
 
 def test_parse_incidents_table(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,7 @@ be read (each unreadable input is named on stderr with the fix).
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import os
 import stat
 import sys
@@ -84,18 +84,29 @@ def _warn(msg: str) -> None:
 
 
 def _detail(ev: XidEvent) -> str:
-    if ev.mmu is not None:
-        m = ev.mmu
+    m = ev.mmu
+    if m is not None:
         where = f"0x{m.address:x}" if m.address is not None else f"{m.address_text} (undecodable: {m.reason})"
-        parts = [where, m.engine or "", f"GPC{m.gpc}" if m.gpc is not None else "", m.client or "",
-                 m.fault_type or "", (m.access_type or "").replace("ACCESS_TYPE_", "")]
-        return " ".join(p for p in parts if p)
+        try:
+            what = _mmu_words(m.engine, m.gpc, m.client, m.fault_type, m.access_type)
+        except TypeError:  # a value that is no key (a damaged record read back)
+            what = _mmu_words.__wrapped__(m.engine, m.gpc, m.client, m.fault_type, m.access_type)
+        return f"{where} {what}" if what else where
     if ev.gr is not None and ev.gr.kind in ("warp", "global"):
         loc = f"GPC {ev.gr.gpc}, TPC {ev.gr.tpc}" + (f", SM {ev.gr.sm}" if ev.gr.sm is not None else "")
         return f"{ev.gr.kind} exception ({loc}): {ev.gr.error or ''}".strip()
     if ev.caused_by is not None:
         return f"caused by previous Xid {ev.caused_by}: {ev.message}"
     return ev.message
+
+
+@functools.lru_cache(maxsize=1024)
+def _mmu_words(engine: str | None, gpc: int | None, client: str | None, fault_type: str | None,
+               access_type: str | None) -> str:
+    """The words of an MMU fault after its address (few kinds, repeated on every line of a fault storm)."""
+    parts = [engine or "", f"GPC{gpc}" if gpc is not None else "", client or "", fault_type or "",
+             (access_type or "").replace("ACCESS_TYPE_", "")]
+    return " ".join(p for p in parts if p)
 
 
 def _when(ev: XidEvent) -> str:
@@ -113,26 +124,16 @@ def render_table(events: list[XidEvent], out: IO[str], width: int = 160,
     if not events:
         out.write("no Xid reports found\n")
         return
-    titles: dict[int, str] = {}  # classify() per row was a third of the table's time on a big log
-    head = ("time", "xid", "gpu", "pid", "process", "category")
-    rows = [head]
-    details = ["detail"]
-    for ev in events:
-        title = titles.get(ev.xid)
-        if title is None:
-            title = titles[ev.xid] = classify(ev.xid).title
-        rows.append((_when(ev), str(ev.xid), ev.pci or "-", "-" if ev.pid is None else str(ev.pid), ev.process or "-",
-                     title))
-        details.append(_detail(ev))
-    widths = [max(map(len, col)) for col in zip(*rows, strict=True)]
-    for cells, detail in zip(rows, details, strict=True):
-        line = "  ".join([c.ljust(w) for c, w in zip(cells, widths, strict=True)] + [detail])
-        out.write((line if len(line) <= width else line[: width - 3] + "...") + "\n")
+    _write_rows(events, out, width)
     if incidents is None:
         incidents = group_incidents(events)
-    out.write(f"\n{len(incidents)} incident(s):\n")
+    words = {culprit: f"  [{word}] " for culprit, word in _CULPRIT_WORDS.items()}
+    lines = [f"\n{len(incidents)} incident(s):"]
     for inc in incidents:
-        out.write(f"  [{_CULPRIT_WORDS.get(inc.culprit, inc.culprit)}] {inc.describe()}\n")
+        culprit = inc.culprit
+        lines.append((words.get(culprit) or f"  [{culprit}] ") + inc.describe())
+    lines.append("")
+    out.write("\n".join(lines))
     seen: set[str] = set()
     out.write("\nwhat to do:\n")
     for inc in incidents:
@@ -141,6 +142,38 @@ def render_table(events: list[XidEvent], out: IO[str], width: int = 160,
             continue
         seen.add(entry.category)
         out.write(f"  Xid {entry.xid} ({entry.mnemonic or 'unknown'}): {entry.action}\n")
+
+
+def _write_rows(events: list[XidEvent], out: IO[str], width: int) -> None:
+    """The table's rows: cells padded to their column's width, each line cut to ``width`` with "...".
+
+    A big log's table has tens of thousands of rows, so it is built column by column and laid out
+    by one %-format applied in C; only the detail column is made per event in Python.
+    """
+    from faulthunt.kernlog.catalog import classify
+
+    titles = {xid: classify(xid).title for xid in {ev.xid for ev in events}}
+    columns = [
+        ["time", *("%.6f" % ev.ts if ev.ts is not None else ev.wall or "-" for ev in events)],
+        ["xid", *(str(ev.xid) for ev in events)],
+        ["gpu", *(ev.pci or "-" for ev in events)],
+        ["pid", *("-" if ev.pid is None else str(ev.pid) for ev in events)],
+        ["process", *(ev.process or "-" for ev in events)],
+        ["category", *(titles[ev.xid] for ev in events)],
+    ]
+    widths = [max(map(len, col)) for col in columns]
+    details = ["detail", *map(_detail, events)]
+    room = width - sum(widths) - 2 * len(widths)  # what a line has left for its detail
+    if room >= 3:
+        # a line longer than `width` is its first width-3 characters and "...": that cut falls in the detail
+        details = [d if len(d) <= room else d[:room - 3] + "..." for d in details]
+        layout = "  ".join(f"%-{w}s" for w in widths) + "  %s\n"
+        out.write("".join(map(layout.__mod__, zip(*columns, details, strict=True))))
+        return
+    layout = "  ".join(f"%-{w}s" for w in widths) + "  %s"
+    for cells in zip(*columns, details, strict=True):
+        line = layout % cells
+        out.write((line if len(line) <= width else line[:width - 3] + "...") + "\n")
 
 
 _CULPRIT_WORDS = {
@@ -206,7 +239,6 @@ class _Sink:
         self.events: list[XidEvent] = []
         self.unparsed = 0
         self.first_unparsed = ""
-        self._lines: list[str] = []
         self.grouper = None
         if args.incidents:
             from faulthunt.kernlog.incident import IncidentGrouper
@@ -214,28 +246,48 @@ class _Sink:
             self.grouper = IncidentGrouper()
         self.stream_json = args.json and not args.incidents
         if self.stream_json:
-            from faulthunt.kernlog.jsonl import event_json
+            from faulthunt.kernlog.jsonl import events_jsonl
 
-            self._json = event_json
+            self._jsonl = events_jsonl
+            # JSON Lines are UTF-8 bytes: straight to the binary stream under stdout when there is one
+            self._binary: IO[bytes] | None = getattr(out, "buffer", None)
+            out.flush()
 
-    def add(self, ev: XidEvent | None, line: str) -> None:
-        if ev is None:
-            self.unparsed += 1
-            self.first_unparsed = self.first_unparsed or line.rstrip("\r")
-        elif self.stream_json:
-            self._lines.append(self._json(ev))
-            if len(self._lines) >= 512:
-                self.flush()
+    def add_lines(self, lines: list[str]) -> None:
+        """Parse a batch of candidate lines (one chunk of the input) and take their events."""
+        from faulthunt.kernlog.parse import parse_line
+
+        events = list(map(parse_line, lines))
+        if None in events:
+            for ev, line in zip(events, lines, strict=True):
+                if ev is None:
+                    self.unparsed += 1
+                    self.first_unparsed = self.first_unparsed or line.rstrip("\r")
+            events = [ev for ev in events if ev is not None]
+        self.add_events(events)
+
+    def add_events(self, events: list[XidEvent]) -> None:
+        if self.stream_json:
+            if events:
+                data = self._jsonl(events)
+                if self._binary is not None:
+                    self._binary.write(data)
+                else:
+                    self.out.write(data.decode())
         elif self.grouper is not None:
-            self.grouper.add(ev)
+            add = self.grouper.add
+            for ev in events:
+                add(ev)
         else:
-            self.events.append(ev)
+            self.events.extend(events)
+
+    def add_unparsed(self, line: str) -> None:
+        self.unparsed += 1
+        self.first_unparsed = self.first_unparsed or line.rstrip("\r")
 
     def flush(self) -> None:
-        if self._lines:
-            self._lines.append("")
-            self.out.write("\n".join(self._lines))
-            self._lines = []
+        if self.stream_json and self._binary is not None:
+            self._binary.flush()
 
 
 def _scan_paths(paths: list[str], sink: _Sink) -> int:
@@ -253,10 +305,9 @@ def _scan_paths(paths: list[str], sink: _Sink) -> int:
         try:
             scan = StreamScan(stream, limit=limit)
             found = 0
-            add = sink.add
-            for ev, line in scan:
-                add(ev, line)
-                found += 1
+            for lines in scan.batches():
+                sink.add_lines(lines)
+                found += len(lines)
         finally:
             if close:
                 stream.close()
@@ -314,10 +365,9 @@ def _scan_source(spec: str, sink: _Sink) -> None:
             fix="pass a saved log (`faulthunt xid parse kern.log`), pipe one in (`sudo dmesg | faulthunt xid parse`), "
             "or run as root")
     scan = scan_text(source.snapshot())
-    for ev in scan.events:
-        sink.add(ev, ev.raw)
+    sink.add_events(list(scan.events))
     for line in scan.unparsed:
-        sink.add(None, line)
+        sink.add_unparsed(line)
 
 
 def _report(args: argparse.Namespace, sink: _Sink) -> None:
@@ -327,6 +377,8 @@ def _report(args: argparse.Namespace, sink: _Sink) -> None:
     if sink.grouper is not None:
         incidents = sink.grouper.incidents()
         if args.json:
+            import json  # (here, not at the top: `xid parse --json` streams without it)
+
             for inc in incidents:
                 out.write(json.dumps(inc.to_json()) + "\n")
             return
@@ -353,6 +405,8 @@ def load_cursor(text: str) -> Cursor:
     a file that is binary, not UTF-8, cut short, huge or of the wrong shape is a message, never a
     traceback.
     """
+    import json
+
     from faulthunt.kernlog.sources import Cursor
 
     text = text.strip()
@@ -408,6 +462,8 @@ def _source_for(cursor: Cursor) -> str:
 
 
 def _cursor(args: argparse.Namespace) -> int:
+    import json
+
     from faulthunt.kernlog import sources
 
     source = sources.open_source(args.source, warn=_warn)
@@ -416,6 +472,8 @@ def _cursor(args: argparse.Namespace) -> int:
 
 
 def _print_result(res: ReadResult, as_json: bool, lines: bool) -> None:
+    import json
+
     out = sys.stdout
     if as_json:
         from faulthunt.kernlog.jsonl import event_json
@@ -485,6 +543,8 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    import json
+
     from faulthunt.kernlog.catalog import classify
 
     for n in args.xid:

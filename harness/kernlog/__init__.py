@@ -26,7 +26,7 @@ _WHERE = {
     "Incident": "incident", "IncidentGrouper": "incident", "group_incidents": "incident",
     "parse_line": "parse", "parse_text": "parse", "scan_bytes": "parse", "scan_text": "parse", "StreamScan": "stream",
     "normalize_pci": "pci", "parse_gpu_uuids": "pci",
-    "event_json": "jsonl",
+    "event_json": "jsonl", "events_jsonl": "jsonl",
     "Cursor": "sources", "Follower": "sources", "KernelLogSource": "sources", "KernelLogUnreadable": "sources",
     "ReadResult": "sources", "open_source": "sources",
 }

@@ -10,18 +10,18 @@ Pure: the CSV is read once from the installed package, never from the current di
 from __future__ import annotations
 
 import csv
-import dataclasses
 import functools
 import io
 import os
+
+import msgspec
 
 #: Xids the NVIDIA k8s device plugin and DRA driver treat as application errors, non-fatal to the
 #: GPU (formats.md section 1.2); used to mark ``is_application``.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
 
-@dataclasses.dataclass(frozen=True)
-class CategoryInfo:
+class CategoryInfo(msgspec.Struct, frozen=True):
     """What a ``faulthunt_class`` means to a user."""
 
     title: str
@@ -122,8 +122,7 @@ ACTION_WORDS: dict[str, str] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class CatalogEntry:
+class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True):
     """One Xid of the catalog, with faulthunt's reading of it."""
 
     xid: int

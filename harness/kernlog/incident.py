@@ -38,11 +38,11 @@ from __future__ import annotations
 
 import bisect
 import collections
-import dataclasses
-import functools
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import msgspec
 
 from faulthunt.kernlog.catalog import classify
 from faulthunt.kernlog.pci import normalize_pci
@@ -54,8 +54,7 @@ CONSEQUENCE_XIDS = frozenset({43, 45})
 EPOCH_BACKSTEP = 1.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Incident:
+class Incident(msgspec.Struct, frozen=True, gc=False):
     """One fault as the kernel log tells it."""
 
     #: the first line of the fault (its Xid decides the category)
@@ -91,7 +90,7 @@ class Incident:
 
     @property
     def culprit(self) -> str:
-        return classify(self.root.xid).culprit
+        return _reading(self.root.xid)[1]
 
     @property
     def addresses(self) -> tuple[int, ...]:
@@ -113,22 +112,35 @@ class Incident:
 
     def describe(self) -> str:
         """One line for humans."""
-        who = f"pid {self.pid}" if self.pid is not None else "pid unknown"
-        if self.process:
-            who += f" ({self.process})"
-        what = classify(self.root.xid).title
-        bits = [f"Xid {'/'.join(str(x) for x in self.xids)} on {self.pci or '?'}, {who}: {what}"]
-        addresses = self.addresses
-        if addresses:
-            bits.append("page " + _some([f"0x{a:x}" for a in addresses], ", "))
-        undecodable = sum(1 for e in self.events if e.mmu is not None and not e.mmu.decodable)
-        if undecodable:
-            bits.append(f"{undecodable} undecodable MMU fault(s), not a user address")
-        errors = self.errors
-        if errors:
-            bits.append(_some(list(errors), "; "))
+        # the properties' work done once (a big log's table describes thousands of incidents, and one
+        # process's fault storm can put 10k lines in one)
+        everything = self.all_events
+        if len(everything) == 1:  # most incidents of a big log are one line
+            e = everything[0]
+            pid, process, pci, xids = e.pid, e.process, e.pci, str(e.xid)
+        else:
+            pid = next((e.pid for e in everything if e.pid is not None), None)
+            process = next((e.process for e in everything if e.process), None)
+            pci = next((e.pci for e in everything if e.pci), None)
+            xids = "/".join(map(str, sorted({e.xid for e in everything})))
+        who = f"pid {pid}" if pid is not None else "pid unknown"
+        if process:
+            who += f" ({process})"
+        what = _reading(self.root.xid)[0]
+        bits = [f"Xid {xids} on {pci or '?'}, {who}: {what}"]
+        events = self.events
+        if len(events) > 1 or events[0].mmu is not None or events[0].gr is not None:
+            addresses = self.addresses
+            if addresses:
+                bits.append("page " + _some(addresses, "0x%x", ", "))
+            undecodable = sum(1 for e in events if e.mmu is not None and not e.mmu.decodable)
+            if undecodable:
+                bits.append(f"{undecodable} undecodable MMU fault(s), not a user address")
+            errors = self.errors
+            if errors:
+                bits.append(_some(errors, "%s", "; "))
         if self.consequences:
-            bits.append("then " + _some([f"Xid {e.xid}" for e in self.consequences], ", "))
+            bits.append("then " + _some([e.xid for e in self.consequences], "Xid %s", ", "))
         return " - ".join(bits)
 
     def to_json(self) -> dict[str, Any]:
@@ -149,31 +161,49 @@ class Incident:
         }
 
 
+#: Xid -> (title, culprit) of its catalog entry: read for every incident of a big log's table
+_READINGS: dict[int, tuple[str, str]] = {}
+
+
+def _reading(xid: int) -> tuple[str, str]:
+    reading = _READINGS.get(xid)
+    if reading is None:
+        entry = classify(xid)
+        reading = _READINGS[xid] = (entry.title, entry.culprit)
+    return reading
+
+
 #: items of a list a one-line description names before saying how many more there are
 DESCRIBE_ITEMS = 8
 
 
-def _some(items: list[str], sep: str) -> str:
+def _some(items: Sequence[object], fmt: str, sep: str) -> str:
+    """``items`` as ``fmt`` each, joined by ``sep``; past DESCRIBE_ITEMS, how many more (only the
+    items named are formatted: a fault storm's incident has thousands)."""
+    text = sep.join([fmt % (item,) for item in items[:DESCRIBE_ITEMS]])
     if len(items) <= DESCRIBE_ITEMS:
-        return sep.join(items)
-    return sep.join(items[:DESCRIBE_ITEMS]) + f"{sep}... ({len(items) - DESCRIBE_ITEMS} more)"
+        return text
+    return f"{text}{sep}... ({len(items) - DESCRIBE_ITEMS} more)"
 
 
-@dataclasses.dataclass(eq=False)
 class _Open:
     """An incident being built: its lines, and what the searches need to know of it."""
 
-    #: its position in the output (incidents are listed in order of their first line)
-    rank: int
-    events: list[XidEvent]
-    consequences: list[XidEvent]
-    last_index: int
-    #: kernel time of its newest line that had one (as the epoch reads it: never behind an earlier one)
-    last_ts: float | None
-    pid: int | None
-    #: the Xids of ``events`` (for ``caused by previous Xid N``)
-    xids: set[int]
-    app: bool
+    __slots__ = ("rank", "events", "consequences", "last_index", "last_ts", "pid", "xids", "app")
+
+    def __init__(self, rank: int, events: list[XidEvent], consequences: list[XidEvent], last_index: int,
+                 last_ts: float | None, pid: int | None, xids: set[int], app: bool) -> None:
+        #: its position in the output (incidents are listed in order of their first line)
+        self.rank = rank
+        self.events = events
+        self.consequences = consequences
+        self.last_index = last_index
+        #: kernel time of its newest line that had one (as the epoch reads it: never behind an earlier one)
+        self.last_ts = last_ts
+        self.pid = pid
+        #: the Xids of ``events`` (for ``caused by previous Xid N``)
+        self.xids = xids
+        self.app = app
 
     def freeze(self) -> Incident:
         return Incident(self.events[0], tuple(self.events), tuple(self.consequences))
@@ -228,11 +258,6 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-@functools.lru_cache(maxsize=1024)
-def _gpu_key(pci: str) -> str | None:
-    return normalize_pci(pci)
-
-
 class IncidentGrouper:
     """Groups events fed in log order (:meth:`add`) into incidents (:meth:`incidents`), in linear time.
 
@@ -254,23 +279,33 @@ class IncidentGrouper:
         self._timed: bool | None = None
         self._newest = -math.inf
         self._index = -1
+        #: PCI address as printed -> the GPU's key (normalize_pci)
+        self._keys: dict[str, str | None] = {}
 
     def add(self, ev: XidEvent) -> None:
         """Place one event (the next in log order)."""
         self._index += 1
         i = self._index
-        ts = ev.ts if isinstance(ev.ts, (int, float)) and math.isfinite(ev.ts) else None
+        # (the common types tested first: this runs for every line of a big log)
+        ts = ev.ts
+        if ts.__class__ is not float or ts - ts != 0.0:  # not a finite float: a finite number, else None
+            ts = ts if isinstance(ts, (int, float)) and math.isfinite(ts) else None
         if (ts is not None) is not self._timed or (ts is not None and ts < self._newest - EPOCH_BACKSTEP):
             self._new_epoch(ts is not None)
         if ts is not None:
             if ts < self._newest:
                 ts = self._newest
             self._newest = ts
-        key = _gpu_key(ev.pci) if isinstance(ev.pci, str) else None
+        pci = ev.pci
+        key = self._keys.get(pci) if pci.__class__ is str else None
+        if key is None and isinstance(pci, str):
+            key = self._keys[pci] = normalize_pci(pci)
         gpu = self._gpus.get(key)
         if gpu is None:
             gpu = self._gpus[key] = _Gpu(self.max_gap // 4)
-        pid = _int_or_none(ev.pid)
+        pid = ev.pid
+        if pid.__class__ is not int and pid is not None:
+            pid = _int_or_none(pid)
         consequence = False
         target: _Open | None = None
         if ev.xid in APP_FAULT_XIDS:
@@ -295,9 +330,6 @@ class IncidentGrouper:
         self._timed = timed
         self._gpus = {}
         self._newest = -math.inf
-
-    def _clock(self, inc: _Open) -> float:
-        return inc.last_ts if self._timed else inc.last_index  # type: ignore[return-value]
 
     # -- the 13/31 search -------------------------------------------------------------------------------
 
@@ -349,6 +381,8 @@ class IncidentGrouper:
 
     def _newest_pidless(self, gpu: _Gpu, ts: float | None, i: int) -> _Open | None:
         """The newest reachable pid-less incident within ``window``; drops those that can never be again."""
+        if not gpu.app_nopid:
+            return None
         best: _Open | None = None
         keep: list[_Open] = []
         for inc in gpu.app_nopid:
@@ -439,9 +473,10 @@ class IncidentGrouper:
             self._touched(gpu, inc)
 
     def _touched(self, gpu: _Gpu, inc: _Open) -> None:
-        clock = self._clock(inc)
+        timed = self._timed
+        clock = inc.last_ts if timed else inc.last_index
         gpu.expiry.append((clock, inc))
-        if self._timed:
+        if timed:
             recent = gpu.recent
             while recent and recent[-1][1].rank <= inc.rank:  # a newer touch of a newer incident outranks it
                 recent.pop()

@@ -15,7 +15,7 @@ import stat
 from collections.abc import Iterator
 from typing import Protocol
 
-from faulthunt.kernlog.parse import MARKER_B, MAX_SIDE, find_lines, parse_line
+from faulthunt.kernlog.parse import MARKER_B, MAX_SIDE, decode_lines, find_lines, parse_line
 from faulthunt.records.xid import XidEvent
 
 class Readable(Protocol):
@@ -98,6 +98,15 @@ class StreamScan:
         return self._stream.readinto(into) or 0
 
     def __iter__(self) -> Iterator[tuple[XidEvent | None, str]]:
+        for lines in self.batches():
+            for line in lines:
+                yield parse_line(line), line
+
+    def batches(self) -> Iterator[list[str]]:
+        """The candidate lines (decoded, not yet parsed), a list per chunk read, in input order.
+
+        A caller that parses a chunk's lines in one go pays no generator step per line.
+        """
         # one buffer for the whole scan: the unfinished tail of a chunk moves to its front and the
         # next chunk is read in after it (the tail is at most 2 * MAX_SIDE + a marker)
         buf = bytearray(self._chunk + 2 * MAX_SIDE + len(MARKER_B))
@@ -126,9 +135,8 @@ class StreamScan:
                     continue
                 start, skipping = nl + 1, False
             lines, keep, skipping = find_lines(buf, start, have, eof, MARKER_B, b"\n")
-            for raw in lines:
-                line = raw.decode("utf-8", "replace")
-                yield parse_line(line), line
+            if lines:
+                yield decode_lines(lines)
             # the unfinished tail moves to the front; _lines needs nothing before it
             buf[:have - keep] = buf[keep:have]
             have -= keep

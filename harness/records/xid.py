@@ -4,20 +4,26 @@ Filled by the pure parser :mod:`faulthunt.kernlog.parse`; every other area reads
 runner attributes them to tests, the mapper maps :attr:`MmuFault.address` to allocations, the
 report prints them). ``to_json`` is exactly the object ``faulthunt xid parse --json`` prints and
 ``xid.jsonl`` stores (docs/kernlog.md), and ``from_json`` reads it back.
+
+The records are frozen ``msgspec.Struct``s, like every record under ``faulthunt.records``: a big
+log makes one per Xid line, and a Struct is built in a tenth of a frozen dataclass's time and
+encoded to JSON in C (:mod:`faulthunt.kernlog.jsonl`). Fields are declared in the order of the
+JSON object, so the encoded Struct is ``to_json``'s object. ``gc=False``: they hold only scalars,
+strings, tuples and each other (never a cycle), so the cyclic collector need not track them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
+
+import msgspec
 
 #: 4 KiB: the granularity of the address an Xid 31 reports (the MMU fault buffer keeps bits 63:12)
 MMU_PAGE = 4096
 
 
-@dataclasses.dataclass(frozen=True)
-class MmuFault:
+class MmuFault(msgspec.Struct, frozen=True, gc=False):
     """The decoded ``MMU Fault: ENGINE ... faulted @ 0x<hi>_<lo>. Fault is of type ...`` of an Xid 31.
 
     ``address`` is ``(hi << 32) | lo``: the base of the 4 KiB page of the faulting access (match it
@@ -56,17 +62,7 @@ class MmuFault:
         return self.engine == "GRAPHICS" and (self.client or "").startswith("GPCCLIENT_T1_")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "address": self.address,
-            "engine": self.engine,
-            "gpc": self.gpc,
-            "client": self.client,
-            "fault_type": self.fault_type,
-            "access_type": self.access_type,
-            "decodable": self.decodable,
-            "address_text": self.address_text,
-            "reason": self.reason,
-        }
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> MmuFault:
@@ -83,8 +79,7 @@ class MmuFault:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class GrException:
+class GrException(msgspec.Struct, frozen=True, gc=False):
     """The SM/graphics exception an Xid 13 line describes.
 
     ``kind`` is ``warp`` (``Graphics SM Warp Exception on (GPC g, TPC t, SM s): <error>``),
@@ -102,14 +97,9 @@ class GrException:
     esr: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "gpc": self.gpc,
-            "tpc": self.tpc,
-            "sm": self.sm,
-            "error": self.error,
-            "esr": [[r, v] for r, v in self.esr],
-        }
+        """The ``gr`` object (``esr`` as a list of ``[register, value]`` lists, as JSON reads it back)."""
+        return {"kind": self.kind, "gpc": self.gpc, "tpc": self.tpc, "sm": self.sm, "error": self.error,
+                "esr": [[r, v] for r, v in self.esr]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> GrException:
@@ -123,8 +113,7 @@ class GrException:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class XidEvent:
+class XidEvent(msgspec.Struct, frozen=True, gc=False):
     """One ``NVRM: Xid`` report line of the kernel log.
 
     ``pid``/``process`` are None when the driver did not print them (drivers up to 418; 570+ for
@@ -144,38 +133,24 @@ class XidEvent:
     category: str
     mmu: MmuFault | None
     caused_by: int | None
-    raw: str
-    seq: int | None = None
-    ts: float | None = None
-    wall: str | None = None
     #: the channel id the driver printed (``Ch %08x`` / ``channel 0x%08x``), when it did
     channel: int | None = None
     #: the SM exception of an Xid 13 line
     gr: GrException | None = None
+    seq: int | None = None
+    ts: float | None = None
+    wall: str | None = None
     #: the kernel log level (0 emerg .. 7 debug) when the container carried one
     level: int | None = None
+    #: the whole original line
+    raw: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """The ``faulthunt xid parse --json`` object (one line of JSON Lines)."""
-        return {
-            "xid": self.xid,
-            "pci": self.pci,
-            "gpu_instance": self.gpu_instance,
-            "compute_instance": self.compute_instance,
-            "pid": self.pid,
-            "process": self.process,
-            "message": self.message,
-            "category": self.category,
-            "mmu": None if self.mmu is None else self.mmu.to_json(),
-            "caused_by": self.caused_by,
-            "channel": self.channel,
-            "gr": None if self.gr is None else self.gr.to_json(),
-            "seq": self.seq,
-            "ts": self.ts,
-            "wall": self.wall,
-            "level": self.level,
-            "raw": self.raw,
-        }
+        """The ``faulthunt xid parse --json`` object (one line of JSON Lines), keys in field order."""
+        d: dict[str, Any] = msgspec.to_builtins(self)
+        if self.gr is not None:
+            d["gr"] = self.gr.to_json()  # to_builtins leaves tuples as tuples
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> XidEvent:
@@ -204,4 +179,4 @@ class XidEvent:
 
     def replace(self, **changes: Any) -> XidEvent:
         """A copy with ``changes`` (e.g. the ``seq`` a kmsg reader knows and the line does not)."""
-        return dataclasses.replace(self, **changes)
+        return msgspec.structs.replace(self, **changes)
