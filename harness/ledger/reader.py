@@ -59,6 +59,9 @@ from faulthunt.records.ledger import (
 )
 from faulthunt.rundir import JsonlRead, RunDirError, parse_jsonl
 
+#: the ``source`` of guard mode's records (faulthunt.guard.records.SOURCE; kept here so reading
+#: a ledger imports nothing of guard mode)
+GUARD_SOURCE = "guard"
 _PID_FILE = re.compile(r"^(\d+)")
 #: bytes read from a file at a time (bounded memory whatever the file's size)
 CHUNK = 8 << 20
@@ -735,10 +738,19 @@ class PidLedger:
     #: every record in time order, by reference (the test running is read from the record)
     records: Sequence[dict[str, Any]] = ()
     times: Sequence[float] = ()
+    #: guard mode's alloc records and the frees at their addresses, in time order, read back
+    #: by reference when asked for (:meth:`guard_records`)
+    guard: Sequence[dict[str, Any]] = ()
     #: the mapper's memos: container life -> is it a framework pool (blocks inside it)?; the
-    #: launches shown for a range of launch numbers
+    #: launches shown for a range of launch numbers; the guard slots' index (built on first need)
     pools: dict[Any, bool] = dataclasses.field(default_factory=dict)
     launch_views: dict[tuple[int, int], tuple[dict[str, Any], ...]] = dataclasses.field(default_factory=dict)
+    guard_index: Any = None
+
+    def guard_records(self) -> list[dict[str, Any]]:
+        """Guard mode's records of this process (its slots' allocs and frees), whole: only these
+        are read back from the files, never the rest of the ledger."""
+        return list(self.guard[:]) if len(self.guard) else []
 
     def test_at(self, at: float) -> str | None:
         """The test running at ``at``: the nodeid of the last record at or before it."""
@@ -805,6 +817,7 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
         levels.append(Level(which, lv, a, e, times, store))
     evs = ev.tobytes()
     at_launch = list(compress(range(n), map(_LAUNCH.__eq__, evs)))
+    guard_refs = array("q", map(ref.__getitem__, _guard_ranks(evs, addr, x)))
     return PidLedger(
         pid=pid, containers=levels[0], blocks=levels[1],
         launches=_LazyRecords(array("q", map(ref.__getitem__, at_launch)), store),
@@ -814,7 +827,21 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
         t_first=times[0] if n else 0.0, t_last=times[-1] if n else 0.0,
         mono_offset=None if cols.mono is None else cols.mono[0] - cols.mono[2],
         unmatched_frees=unmatched, records=_LazyRecords(ref, store), times=times,
+        guard=_LazyRecords(guard_refs, store),
     )
+
+
+def _guard_ranks(evb: bytes, addrs: Sequence[int], xs: Sequence[Any]) -> list[int]:
+    """Ranks (time order) of guard mode's ``alloc`` records and of every free at their
+    addresses: the records an exact guard verdict is made of (docs/guard.md). One C-level scan
+    when the process has none; the frees' own source is checked when they are read back."""
+    if GUARD_SOURCE not in xs:
+        return []
+    n = len(evb)
+    allocs = [i for i in compress(range(n), map(eq, repeat(GUARD_SOURCE), xs)) if evb[i] == _ALLOC]
+    at = {addrs[i] for i in allocs}
+    frees = [i for i in compress(range(n), map(_FREE.__eq__, evb)) if addrs[i] in at]
+    return sorted(allocs + frees)
 
 
 def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: Sequence[Any],
@@ -1099,7 +1126,7 @@ def _attach(pl: PidLedger, store: RecordStore | None) -> None:
     """Point a process's record views at ``store`` (None: detached, to send to another process)."""
     for level in (pl.containers, pl.blocks):
         level.store = store  # type: ignore[assignment]
-    for seq in (pl.launches, pl.records):
+    for seq in (pl.launches, pl.records, pl.guard):
         if isinstance(seq, _LazyRecords):
             seq._store = store  # type: ignore[assignment]
 
