@@ -32,7 +32,7 @@ import re
 import threading
 import weakref
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress, islice, repeat
 from operator import add, and_, eq, gt, itemgetter
 from pathlib import Path
@@ -1153,6 +1153,54 @@ def parse_ledger_text(text: str) -> Ledger:
     return build_ledger(got.records, skipped=got.skipped)
 
 
+_GUARD_MARK = b'"' + GUARD_SOURCE.encode() + b'"'
+
+
+def iter_guard_records(source: Path | Iterable[Path]) -> Iterator[dict[str, Any]]:
+    """Guard mode's records (``source: guard``: slots, frees, its notes) of a ledger directory or
+    files, one at a time, in file order; every other record is passed over without being decoded
+    (a chunk without the word is skipped whole). Bounded memory whatever the ledger's size; a bad
+    line is skipped. A record without ``pid`` takes it from its file name."""
+    for path in _ledger_files(source):
+        file_pid = _pid_from_name(path)
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed below; read-only
+        except OSError:
+            continue
+        with fh:
+            carry = b""
+            while True:
+                try:
+                    data = fh.read(CHUNK)
+                except OSError:
+                    break
+                if not data:
+                    break
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    carry = carry + data if len(carry) < MAX_LINE else b""
+                    continue
+                block, carry = carry + data[:cut + 1], data[cut + 1:]
+                if _GUARD_MARK in block:
+                    yield from _guard_lines(block, file_pid)
+            if _GUARD_MARK in carry:
+                yield from _guard_lines(carry.rstrip(b"\0"), file_pid)
+
+
+def _guard_lines(block: bytes, file_pid: int | None) -> Iterator[dict[str, Any]]:
+    for line in block.split(b"\n"):
+        if _GUARD_MARK not in line:
+            continue
+        try:
+            rec = _ANY.decode(line.strip(b"\0 \t\r"))
+        except _DECODE_ERRORS:
+            continue
+        if type(rec) is dict and rec.get("source") == GUARD_SOURCE:
+            if file_pid is not None and "pid" not in rec:
+                rec["pid"] = file_pid
+            yield rec
+
+
 def read_ledger_file(path: Path) -> JsonlRead:
     """Every record of one ledger file as a dict (for scripts that count what a ledger holds;
     mapping does not use this: it keeps columns, not records)."""
@@ -1162,4 +1210,4 @@ def read_ledger_file(path: Path) -> JsonlRead:
 
 
 __all__ = ["Ledger", "PidLedger", "Level", "Life", "RecordStore", "load_ledger", "build_ledger",
-           "parse_ledger_text", "read_ledger_file", "KIND_SEGMENT", "EVENT_NOTE"]
+           "parse_ledger_text", "read_ledger_file", "iter_guard_records", "KIND_SEGMENT", "EVENT_NOTE"]
