@@ -377,11 +377,12 @@ def _guard_index(pl: PidLedger) -> GuardIndex | None:
     """The process's guard slots, indexed once (None when guard mode recorded nothing here)."""
     if not len(pl.guard):
         return None
-    if pl.guard_index is None:
+    index: GuardIndex | None = pl.guard_index
+    if index is None:
         from faulthunt.guard.verdict import GuardIndex
 
-        pl.guard_index = GuardIndex.from_records(pl.guard_records())
-    return pl.guard_index  # type: ignore[no-any-return]
+        index = pl.guard_index = GuardIndex.from_records(pl.guard_records())
+    return index
 
 
 def _with_guard(v: Verdict, pl: PidLedger, at: float | None) -> Verdict:
