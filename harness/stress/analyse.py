@@ -114,11 +114,19 @@ def analyse(run: RunDir, got: Collected) -> StressResult:
     summary.update(_run_facts(got, spans, summary), exit_status=int(exit_status),
                    skipped_lines=run.skipped_lines())
     mapping, mapping_error = _map(run, summary, attributed)
-    guard = guard_of_run(run, mapping or ())
+    guard = guard_of_run(run, mapping or ()) if _guard_asked(run, got) else None
     if guard is not None:
         summary["guard"] = guard
     return StressResult(run.path, summary, int(exit_status), tuple(attributed),
                         None if mapping is None else tuple(mapping), mapping_error)
+
+
+def _guard_asked(run: RunDir, got: Collected) -> bool:
+    """Guard mode was on (``--guard``, or FAULTHUNT_GUARD in the run's environment): only then is
+    the ledger read for its guard records (a large ledger without any is not scanned for none)."""
+    from faulthunt.guard.config import GUARD_ENV
+
+    return got.plan.opts.guard is not None or bool((run.env() or {}).get(GUARD_ENV))
 
 
 def _map(run: RunDir, summary: dict[str, Any], attributed: Sequence[dict[str, Any]]
