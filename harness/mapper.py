@@ -11,6 +11,12 @@ Pure (:func:`map_address` takes a loaded :class:`~faulthunt.ledger.reader.Ledger
 ``unmapped``      none of the above; the nearest live allocations on both sides and the distances
 ``null_page``     below :data:`NULL_PAGE_LIMIT`: a null pointer plus an offset
 
+An address in a guard slot (``faulthunt stress --guard``, docs/guard.md) needs none of these
+rules: the slot's geometry is on record, so the guard's own verdict is taken (``basis:
+"guard"``: ``past_end`` / ``before_start`` by exactly so many bytes, ``freed`` by which test,
+``slack`` for mapped bytes a guard cannot cover, ``inside``) and the rules above only say what
+they would have guessed (``ledger_verdict``).
+
 "Within its reach": a distance under max(:data:`NEAR_BYTES`, the allocation's own size); an
 index off by a few rows lands there, a garbage pointer does not. An Xid 31 names only the 4 KiB
 page of the access (``--page``): the page is split wherever the verdict changes and each piece is
@@ -24,12 +30,17 @@ import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faulthunt.errors import InputError, UsageError
 from faulthunt.ledger.reader import Ledger, Life, PidLedger, load_ledger
 from faulthunt.records.ledger import KIND_SEGMENT
 from faulthunt.records.run import TestSpan
+
+if TYPE_CHECKING:
+    from faulthunt.guard.verdict import GuardIndex, GuardVerdict
+    from faulthunt.records.documents import XidLine
+    from faulthunt.rundir import RunDir
 
 PAGE_SIZE = 4096
 #: addresses below this are a null pointer plus an offset (the first 64 KiB are never mapped)
@@ -41,11 +52,13 @@ NEAR_BYTES = 2 << 20
 LAUNCHES_WITHOUT_SYNC = 5
 MAX_LAUNCHES = 20
 
-VERDICTS = ("inside", "past_end", "before_start", "freed", "pool_slack", "unmapped", "null_page")
+VERDICTS = ("inside", "past_end", "before_start", "freed", "pool_slack", "unmapped", "null_page",
+            "slack")
 #: which piece of a page names the page: the likeliest explanation of a fault comes first
 _PAGE_PRIORITY = ("freed", "past_end", "before_start", "pool_slack", "null_page", "unmapped", "inside")
 #: which pid explains an address best when no pid is given
-_PID_PRIORITY = ("inside", "pool_slack", "freed", "past_end", "before_start", "null_page", "unmapped")
+_PID_PRIORITY = ("inside", "slack", "pool_slack", "freed", "past_end", "before_start", "null_page",
+                 "unmapped")
 
 _HEX = re.compile(r"^0[xX][0-9a-fA-F_]+$")
 _DEC = re.compile(r"^[0-9_]+$")
@@ -87,6 +100,10 @@ class Verdict:
     #: for a page: every piece [lo, hi] of it with its own verdict
     pieces: tuple[dict[str, Any], ...] = ()
     note: str | None = None
+    #: the guard slot's exact verdict (docs/guard.md); then ``verdict``, ``allocation`` and
+    #: ``offset`` are the guard's and ``ledger_verdict`` what the rules above would have said
+    guard: GuardVerdict | None = None
+    ledger_verdict: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``faulthunt map --json`` object."""
@@ -112,6 +129,9 @@ class Verdict:
         if self.page:
             out["page_range"] = [hex(self.address), hex(self.address + PAGE_SIZE - 1)]
             out["pieces"] = list(self.pieces)
+        if self.guard is not None:
+            # basis "guard", verdict, caught, offset, beyond, text, allocation (the slot)
+            out.update(self.guard.to_json(), note=self.note, ledger_verdict=self.ledger_verdict)
         return out
 
 
@@ -353,7 +373,39 @@ def launches_before(pl: PidLedger, at: float) -> tuple[tuple[dict[str, Any], ...
 
 # --- the public mapping --------------------------------------------------------------------
 
+def _guard_index(pl: PidLedger) -> GuardIndex | None:
+    """The process's guard slots, indexed once (None when guard mode recorded nothing here)."""
+    if not len(pl.guard):
+        return None
+    index: GuardIndex | None = pl.guard_index
+    if index is None:
+        from faulthunt.guard.verdict import GuardIndex
+
+        index = pl.guard_index = GuardIndex.from_records(pl.guard_records())
+    return index
+
+
+def _with_guard(v: Verdict, pl: PidLedger, at: float | None) -> Verdict:
+    """``v`` replaced by the guard's exact verdict where the address is in a guard slot."""
+    index = _guard_index(pl)
+    g = index.verdict(v.address, page=v.page, at=at) if index is not None else None
+    if g is None:
+        return v
+    # the generic picture (nearest allocations, page pieces) is what guard mode makes moot;
+    # the launches and the test running stay: they are about the fault, not the allocation
+    lnote = launches_before(pl, v.at)[2] if v.at is not None else None
+    notes = [n for n in (g.note, lnote) if n]
+    return dataclasses.replace(
+        v, verdict=g.verdict, allocation=g.slot.to_json(), offset=g.offset, container=None,
+        below=None, above=None, pieces=(), note="; ".join(notes) or None, guard=g,
+        ledger_verdict=v.verdict)
+
+
 def _map_in_pid(pl: PidLedger, address: int, at: float | None, page: bool) -> Verdict:
+    return _with_guard(_map_generic(pl, address, at, page), pl, at)
+
+
+def _map_generic(pl: PidLedger, address: int, at: float | None, page: bool) -> Verdict:
     when = pl.t_last if at is None else at
     launches, since, lnote = launches_before(pl, when)
     notes = [lnote] if lnote else []
@@ -420,7 +472,8 @@ def map_address(ledger: Ledger, address: int, *, pid: int | None = None, at: flo
     if len(results) == 1:
         return results[0]
     rank = {v: i for i, v in enumerate(_PID_PRIORITY)}
-    results.sort(key=lambda v: rank[v.verdict])
+    # a guard catch is exact: it wins over every guess made by the rules
+    results.sort(key=lambda v: (not (v.guard is not None and v.guard.caught), rank[v.verdict]))
     best = results[0]
     same = [v.pid for v in results if v.verdict == best.verdict and v.verdict != "unmapped"]
     note = f"no pid given: checked {len(results)} pids, best match in pid {best.pid}"
@@ -480,22 +533,31 @@ def _safe_load(directory: Path) -> Ledger | None:
 
 
 def map_run(run_dir: Path) -> list[dict[str, Any]]:
-    """Map every Xid 31 page and every sanitizer finding with an address in ``run_dir``.
+    """Map every Xid 31 page and every sanitizer finding with an address in ``run_dir``
+    (:func:`map_run_entries`); writes ``run_dir/mapping.json`` and returns its entries."""
+    from faulthunt.rundir import Layout, RunDir, write_json_atomic
+
+    out = map_run_entries(RunDir(run_dir))
+    write_json_atomic(run_dir / Layout.MAPPING, out)
+    return out
+
+
+def map_run_entries(run: RunDir, xids: Iterable[XidLine] | None = None) -> list[dict[str, Any]]:
+    """The mapping of a run's fault addresses (reads the run, writes nothing).
 
     Xid pages are mapped against ``run_dir/ledger`` in the faulting pid at the Xid's time;
     sanitizer addresses against ``run_dir/sanitizer/run/ledger`` (the rerun's own processes) at the
     last launch of the kernel the finding names, else at the end of the finding's test span
     (``sanitizer/run/events``). A finding the ledger cannot place (no ledger, or ``unmapped``) gets
     a verdict from the sanitizer's own nearest-allocation line, marked ``basis: "sanitizer"``
-    (ledger verdicts carry ``basis: "ledger"``). Writes ``run_dir/mapping.json`` and returns its
-    entries; an entry that cannot be mapped has ``verdict: null`` and a ``reason``.
+    (ledger verdicts carry ``basis: "ledger"``, a guard slot's ``basis: "guard"``). An entry that
+    cannot be mapped has ``verdict: null`` and a ``reason``. ``xids``: the run's Xid lines when
+    the caller has them with a newer attribution than ``xid.jsonl`` (stress, before it writes
+    them); default ``run.xids()``.
     """
-    from faulthunt.rundir import Layout, RunDir, write_json_atomic
-
-    run = RunDir(run_dir)
     out: list[dict[str, Any]] = []
     ledger = _safe_load(run.ledger_dir())
-    for rec in run.xids():
+    for rec in run.xids() if xids is None else xids:
         if rec.xid != 31 or rec.mmu is None or rec.mmu.address is None:
             continue
         origin = {"origin": "xid", "xid": 31, "seq": rec.seq, "ts": rec.ts,
@@ -503,7 +565,7 @@ def map_run(run_dir: Path) -> list[dict[str, Any]]:
                   "attributed_nodeid": rec.nodeid}
         entry = _map_one(ledger, rec.mmu.address, rec.pid, rec.to_json(), page=True)
         if entry.get("verdict") is not None:
-            entry["basis"] = "ledger"
+            entry.setdefault("basis", "ledger")
         out.append({**origin, **entry})
     san = run.sanitizer()
     san_run = run.sanitizer_run()
@@ -530,7 +592,7 @@ def map_run(run_dir: Path) -> list[dict[str, Any]]:
                 basis_t = "the end of the ledger (the kernel's launch was not recorded)"
             entry = _map_one(san_ledger, rng[0], pid, None, page=False, at=at)
             entry["time_basis"] = basis_t
-            entry["basis"] = "ledger"
+            entry.setdefault("basis", "ledger")
         if entry.get("verdict") in (None, "unmapped"):
             fb = sanitizer_verdict(rng[0], nearest)
             if fb is not None:
@@ -542,7 +604,6 @@ def map_run(run_dir: Path) -> list[dict[str, Any]]:
                         fb[k] = entry[k]
                 entry = fb
         out.append({**origin, **entry})
-    write_json_atomic(run_dir / Layout.MAPPING, out)
     return out
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from faulthunt.records import run as run_records
-from faulthunt.records.documents import XidLine
+from faulthunt.records.documents import MappingEntry, XidLine
 from faulthunt.records.events import (ChildProcess, Collected, CollectError, Crash, Recycled,
                                       SessionFinish, SessionStart, WorkerUp,
                                       controller_event_from_json, worker_event_from_json)
@@ -653,6 +653,25 @@ def visible_of_run(run_dir: Path | RunDir, pci_map: Mapping[str, Mapping[str, An
     return visible_gpus(pci_map, cvd if cvd is not None and cvd != "<redacted>" else None)
 
 
+def guard_of_run(run_dir: Path | RunDir,
+                 mapping: Iterable[Mapping[str, Any] | MappingEntry] | None = None) -> dict[str, Any] | None:
+    """summary.json's ``guard`` section: what guard mode did in the run
+    (:func:`faulthunt.guard.summarize_guard` over the ledger's guard records, streamed, and the
+    mapping's guard verdicts); None for a run without guard mode. ``mapping``: the run's mapping
+    entries (default: its mapping.json)."""
+    run = _run(run_dir)
+    if not run.has_ledger():
+        return None
+    from faulthunt.guard.summary import summarize_guard
+    from faulthunt.ledger.reader import iter_guard_records
+
+    if mapping is None:
+        mapping = run.mapping() or ()
+    entries = [m.to_json() if isinstance(m, MappingEntry) else m for m in mapping]
+    got = summarize_guard(iter_guard_records(run.ledger_dir()), entries)
+    return got if got["enabled"] else None
+
+
 def summarize_run(run_dir: Path | RunDir) -> dict[str, Any]:
     """The summary of a run directory, from its records; writes nothing.
 
@@ -669,4 +688,7 @@ def summarize_run(run_dir: Path | RunDir) -> dict[str, Any]:
     previous = run.summary()
     if previous is not None and previous.kernel_log is not None:
         summary["kernel_log"] = previous.kernel_log.to_json()
+    guard = guard_of_run(run)
+    if guard is not None:
+        summary["guard"] = guard
     return summary

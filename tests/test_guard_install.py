@@ -197,6 +197,7 @@ def _validator():
     path = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "guard_validate.py"
     spec = importlib.util.spec_from_file_location("guard_validate", path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
@@ -214,9 +215,18 @@ def test_stress_guard_names_simulated_faults_exactly(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "FAULTHUNT_RUN_DIR"}
     env["FAULTHUNT_GUARD_DRIVER"] = "fake"
     proc = subprocess.run([sys.executable, "-m", "faulthunt", "stress", "-n", "2", "--guard", "1",
-                           "--xid-source", f"file:{log}", "-q", "--run-dir", str(run), "test_sim.py"],
+                           "--xid-source", f"file:{log}", "--run-dir", str(run), "test_sim.py"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    # the run says what guard mode did: summary.json, mapping.json and the table's lines
+    summary = json.loads((run / "summary.json").read_text())["guard"]
+    assert summary["caught"] == {"freed": 1, "past_end": 2} and summary["config"]["driver"] == "simulated"
+    mapping = json.loads((run / "mapping.json").read_text())
+    assert sorted(e["verdict"] for e in mapping) == ["freed", "past_end", "past_end"]
+    assert all(e["basis"] == "guard" and e["caught"] for e in mapping)
+    assert sorted(c["text"] for c in summary["catches"]) == sorted(e["text"] for e in mapping)
+    assert "caught 1 freed, 2 past_end" in proc.stdout
+    assert all(e["text"] in proc.stdout for e in mapping)
     v = _validator()
     faults = {"test_cupy_write_one_past": ("past_end", 0), "test_cupy_read_one_past": ("past_end", 0),
               "test_cupy_use_after_free": ("freed", 0)}
@@ -227,4 +237,9 @@ def test_stress_guard_names_simulated_faults_exactly(tmp_path):
     assert by["test_cupy_write_one_past"]["text"].startswith(
         "past_end: 0-4095 bytes past the end of the 4096-byte cupy allocation")
     assert by["test_cupy_use_after_free"]["text"].startswith("freed: offset 0-4095 of the 4096-byte")
-    assert by["test_slack"]["planted_verdicts"] == ["slack"]
+    # the mapper over the run's ledger names the slack access, never "inside"
+    (slack,) = by["test_slack"]["planted_verdicts"]
+    assert slack.startswith("inside the slack, not guardable: 0 bytes past the end of the "
+                            "4000-byte cupy allocation at ")
+    assert slack.endswith("allocated by test_sim.py::test_slack, in the 96 bytes its 256-byte "
+                          "alignment leaves before the guard")

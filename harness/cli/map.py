@@ -175,15 +175,18 @@ def render(e: dict[str, Any]) -> str:
     where = e["address"] + (" (4 KiB page)" if e.get("page") else "")
     if v is None:
         return f"{where}: not mapped: {e.get('reason')}"
-    basis = " (from compute-sanitizer's nearest-allocation line, not the ledger)" if e.get("basis") == "sanitizer" else ""
+    basis = {"sanitizer": " (from compute-sanitizer's nearest-allocation line, not the ledger)",
+             "guard": " (a guard slot: exact)"}.get(str(e.get("basis")), "")
     lines = [f"{where} pid {e.get('pid')}: {v.upper()}{basis}"]
+    if e.get("basis") == "guard" and e.get("text"):
+        lines.append(f"  {e['text']}")  # the guard's own words, "inside the slack, not guardable" too
     a = e.get("allocation")
     if a:
         lines.append(f"  allocation: {_alloc(a)}, offset {_off(e.get('offset'))}")
         freed = a.get("freed")
         if v == "freed" and freed:
             by = f" in {freed['nodeid']}" if freed.get("nodeid") else ""
-            lines.append(f"  freed at {_t(freed.get('t'))}{by} ({freed.get('source') or '?'})")
+            lines.append(f"  freed at {_t(freed.get('t'))}{by} ({freed.get('source') or a.get('source') or '?'})")
             if freed.get("stack"):
                 lines.append(f"  freed from {freed['stack'][0]}")
         if a.get("stack"):

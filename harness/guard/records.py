@@ -94,6 +94,8 @@ class GuardSlot:
     def to_json(self) -> dict[str, Any]:
         return {
             "slot": self.slot, "address": self.address, "address_hex": hex(self.address),
+            # what every reader of an allocation shows (faulthunt map, the report)
+            "source": SOURCE, "kind": KIND_DEVICE,
             "size": self.size, "end": self.end, "side": self.side, "align": self.align,
             "slack": self.slack, "reserve": list(self.reserve), "mapped": list(self.mapped),
             "guard": list(self.guard), "t": self.t, "pid": self.pid, "nodeid": self.nodeid,

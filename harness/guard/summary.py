@@ -66,7 +66,8 @@ def summarize_guard(ledger_records: Iterable[Mapping[str, Any]],
         if j.get("caught"):
             caught[str(j.get("verdict"))] += 1
             catches.append({"verdict": j.get("verdict"), "text": j.get("text"),
-                            "nodeid": j.get("nodeid") or (j.get("allocation") or {}).get("nodeid")})
+                            "nodeid": j.get("nodeid") or (j.get("allocation") or {}).get("nodeid"),
+                            "address": j.get("address")})
         elif j.get("verdict") == "slack":
             not_guardable += 1
     return {
@@ -95,15 +96,20 @@ def _seen(totals: Mapping[Any, Mapping[str, Any]],
     for (pid, _nodeid), stats in tests.items():
         acc = per_pid.setdefault(pid, Counter())
         for k in ("seen", "skipped_cap", "failed"):
-            acc[k] += int(stats.get(k) or 0)
+            acc[k] += _count(stats.get(k))
     for pid, stats in totals.items():
-        per_pid[pid] = Counter({k: int(stats.get(k) or 0) for k in ("seen", "skipped_cap", "failed")})
+        per_pid[pid] = Counter({k: _count(stats.get(k)) for k in ("seen", "skipped_cap", "failed")})
     if not per_pid:
         return None, {}
     out: Counter[str] = Counter()
     for acc in per_pid.values():
         out.update(acc)
     return out.pop("seen", 0), dict(out)
+
+
+def _count(v: Any) -> int:
+    """A counter from a record: a damaged one (not a count) counts nothing."""
+    return v if type(v) is int and v >= 0 else 0
 
 
 def _verdict_json(v: GuardVerdict | Mapping[str, Any]) -> dict[str, Any] | None:
@@ -114,7 +120,8 @@ def _verdict_json(v: GuardVerdict | Mapping[str, Any]) -> dict[str, Any] | None:
     if isinstance(v.get("guard"), Mapping):
         return {**v["guard"], "nodeid": v.get("attributed_nodeid") or v.get("nodeid")}
     if v.get("basis") == "guard":
-        return dict(v)
+        # a mapping entry: the test the fault was attributed to, else the one running then
+        return {**v, "nodeid": v.get("attributed_nodeid") or v.get("nodeid")}
     return None
 
 

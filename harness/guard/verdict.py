@@ -174,7 +174,10 @@ def _span(lo: int, hi: int) -> Span:
 
 
 def _bytes(v: Span) -> str:
-    return f"{v}" if isinstance(v, int) else f"{v[0]}-{v[1]}"
+    if isinstance(v, int):
+        return f"{v}"
+    # "0-4095" as the H200 texts read; a range below the start reads "-4096 to -1"
+    return f"{v[0]}-{v[1]}" if v[0] >= 0 else f"{v[0]} to {v[1]}"
 
 
 def _what(slot: GuardSlot) -> str:

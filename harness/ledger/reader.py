@@ -32,7 +32,7 @@ import re
 import threading
 import weakref
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress, islice, repeat
 from operator import add, and_, eq, gt, itemgetter
 from pathlib import Path
@@ -59,6 +59,9 @@ from faulthunt.records.ledger import (
 )
 from faulthunt.rundir import JsonlRead, RunDirError, parse_jsonl
 
+#: the ``source`` of guard mode's records (faulthunt.guard.records.SOURCE; kept here so reading
+#: a ledger imports nothing of guard mode)
+GUARD_SOURCE = "guard"
 _PID_FILE = re.compile(r"^(\d+)")
 #: bytes read from a file at a time (bounded memory whatever the file's size)
 CHUNK = 8 << 20
@@ -735,10 +738,19 @@ class PidLedger:
     #: every record in time order, by reference (the test running is read from the record)
     records: Sequence[dict[str, Any]] = ()
     times: Sequence[float] = ()
+    #: guard mode's alloc records and the frees at their addresses, in time order, read back
+    #: by reference when asked for (:meth:`guard_records`)
+    guard: Sequence[dict[str, Any]] = ()
     #: the mapper's memos: container life -> is it a framework pool (blocks inside it)?; the
-    #: launches shown for a range of launch numbers
+    #: launches shown for a range of launch numbers; the guard slots' index (built on first need)
     pools: dict[Any, bool] = dataclasses.field(default_factory=dict)
     launch_views: dict[tuple[int, int], tuple[dict[str, Any], ...]] = dataclasses.field(default_factory=dict)
+    guard_index: Any = None
+
+    def guard_records(self) -> list[dict[str, Any]]:
+        """Guard mode's records of this process (its slots' allocs and frees), whole: only these
+        are read back from the files, never the rest of the ledger."""
+        return list(self.guard[:]) if len(self.guard) else []
 
     def test_at(self, at: float) -> str | None:
         """The test running at ``at``: the nodeid of the last record at or before it."""
@@ -805,6 +817,7 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
         levels.append(Level(which, lv, a, e, times, store))
     evs = ev.tobytes()
     at_launch = list(compress(range(n), map(_LAUNCH.__eq__, evs)))
+    guard_refs = array("q", map(ref.__getitem__, _guard_ranks(evs, addr, x)))
     return PidLedger(
         pid=pid, containers=levels[0], blocks=levels[1],
         launches=_LazyRecords(array("q", map(ref.__getitem__, at_launch)), store),
@@ -814,7 +827,21 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
         t_first=times[0] if n else 0.0, t_last=times[-1] if n else 0.0,
         mono_offset=None if cols.mono is None else cols.mono[0] - cols.mono[2],
         unmatched_frees=unmatched, records=_LazyRecords(ref, store), times=times,
+        guard=_LazyRecords(guard_refs, store),
     )
+
+
+def _guard_ranks(evb: bytes, addrs: Sequence[int], xs: Sequence[Any]) -> list[int]:
+    """Ranks (time order) of guard mode's ``alloc`` records and of every free at their
+    addresses: the records an exact guard verdict is made of (docs/guard.md). One C-level scan
+    when the process has none; the frees' own source is checked when they are read back."""
+    if GUARD_SOURCE not in xs:
+        return []
+    n = len(evb)
+    allocs = [i for i in compress(range(n), map(eq, repeat(GUARD_SOURCE), xs)) if evb[i] == _ALLOC]
+    at = {addrs[i] for i in allocs}
+    frees = [i for i in compress(range(n), map(_FREE.__eq__, evb)) if addrs[i] in at]
+    return sorted(allocs + frees)
 
 
 def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: Sequence[Any],
@@ -1099,7 +1126,7 @@ def _attach(pl: PidLedger, store: RecordStore | None) -> None:
     """Point a process's record views at ``store`` (None: detached, to send to another process)."""
     for level in (pl.containers, pl.blocks):
         level.store = store  # type: ignore[assignment]
-    for seq in (pl.launches, pl.records):
+    for seq in (pl.launches, pl.records, pl.guard):
         if isinstance(seq, _LazyRecords):
             seq._store = store  # type: ignore[assignment]
 
@@ -1126,6 +1153,54 @@ def parse_ledger_text(text: str) -> Ledger:
     return build_ledger(got.records, skipped=got.skipped)
 
 
+_GUARD_MARK = b'"' + GUARD_SOURCE.encode() + b'"'
+
+
+def iter_guard_records(source: Path | Iterable[Path]) -> Iterator[dict[str, Any]]:
+    """Guard mode's records (``source: guard``: slots, frees, its notes) of a ledger directory or
+    files, one at a time, in file order; every other record is passed over without being decoded
+    (a chunk without the word is skipped whole). Bounded memory whatever the ledger's size; a bad
+    line is skipped. A record without ``pid`` takes it from its file name."""
+    for path in _ledger_files(source):
+        file_pid = _pid_from_name(path)
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed below; read-only
+        except OSError:
+            continue
+        with fh:
+            carry = b""
+            while True:
+                try:
+                    data = fh.read(CHUNK)
+                except OSError:
+                    break
+                if not data:
+                    break
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    carry = carry + data if len(carry) < MAX_LINE else b""
+                    continue
+                block, carry = carry + data[:cut + 1], data[cut + 1:]
+                if _GUARD_MARK in block:
+                    yield from _guard_lines(block, file_pid)
+            if _GUARD_MARK in carry:
+                yield from _guard_lines(carry.rstrip(b"\0"), file_pid)
+
+
+def _guard_lines(block: bytes, file_pid: int | None) -> Iterator[dict[str, Any]]:
+    for line in block.split(b"\n"):
+        if _GUARD_MARK not in line:
+            continue
+        try:
+            rec = _ANY.decode(line.strip(b"\0 \t\r"))
+        except _DECODE_ERRORS:
+            continue
+        if type(rec) is dict and rec.get("source") == GUARD_SOURCE:
+            if file_pid is not None and "pid" not in rec:
+                rec["pid"] = file_pid
+            yield rec
+
+
 def read_ledger_file(path: Path) -> JsonlRead:
     """Every record of one ledger file as a dict (for scripts that count what a ledger holds;
     mapping does not use this: it keeps columns, not records)."""
@@ -1135,4 +1210,4 @@ def read_ledger_file(path: Path) -> JsonlRead:
 
 
 __all__ = ["Ledger", "PidLedger", "Level", "Life", "RecordStore", "load_ledger", "build_ledger",
-           "parse_ledger_text", "read_ledger_file", "KIND_SEGMENT", "EVENT_NOTE"]
+           "parse_ledger_text", "read_ledger_file", "iter_guard_records", "KIND_SEGMENT", "EVENT_NOTE"]

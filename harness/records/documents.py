@@ -266,6 +266,39 @@ class RunTimeout(Doc, frozen=True, kw_only=True):
     text: str | None = None
 
 
+class GuardCatch(Doc, frozen=True, kw_only=True):
+    """One fault guard mode caught: its verdict, the guard's words, the test it ran in."""
+
+    verdict: str | None = None
+    text: str | None = None
+    nodeid: str | None = None
+    address: str | None = None
+
+
+class GuardSummary(Doc, frozen=True, kw_only=True):
+    """``summary.json`` ``guard``: what guard mode did in the run (faulthunt.guard.summarize_guard)."""
+
+    enabled: bool = False
+    #: the guard_config note of the first process (rate, side, align, max_bytes, seed, driver)
+    config: dict[str, Any] | None = None
+    #: device allocations the hooks saw (None: no process wrote its counts)
+    allocations_seen: int | None = None
+    allocations_guarded: int = 0
+    guarded_bytes: int = 0
+    by_framework: dict[str, int] = {}
+    processes: int = 0
+    freed: int = 0
+    released: int = 0
+    #: sampled allocations left unguarded: max_bytes reached, or the driver could not
+    skipped_cap: int = 0
+    failed: int = 0
+    #: caught faults by verdict (past_end, before_start, freed) and each of them
+    caught: dict[str, int] = {}
+    catches: list[GuardCatch] = []
+    #: mapped fault addresses inside a slot's slack ("inside the slack, not guardable")
+    not_guardable: int = 0
+
+
 class Summary(Doc, frozen=True, kw_only=True):
     """``summary.json``: the result of a run (faulthunt.summary.build_summary)."""
 
@@ -304,6 +337,8 @@ class Summary(Doc, frozen=True, kw_only=True):
     disk_full: list[str] = []
     output_dropped_bytes: int = 0
     leftover_processes: int = 0
+    #: what guard mode did (None: the run was not guarded)
+    guard: GuardSummary | None = None
 
     def found_something(self) -> bool:
         """Failures of any kind, collection errors or any Xid: the run found something."""
@@ -333,6 +368,11 @@ class MappingEntry(Doc, frozen=True, kw_only=True, omit_defaults=True):
     kind: str | None = None
     kernel: str | None = None
     note: str | None = None
+    #: a guard slot's verdict (``basis: "guard"``, docs/guard.md): the range was unmapped (an
+    #: access there faults), the guard's own words, bytes past the end / before the start
+    caught: bool | None = None
+    text: str | None = None
+    beyond: int | list[int] | None = None
 
 
 # --- identity.json, sanitizer.json, kmsg_cursor.json ---------------------------------------------

@@ -52,6 +52,8 @@ def allocation_text(x: dict[str, Any]) -> str | None:
     a = x.get("allocation")
     if not x.get("verdict"):
         return None
+    if x.get("guard_text"):  # a guard slot: exact, in the guard's words
+        return str(x["guard_text"])
     if not a:
         return str(x["verdict"])
     return (f"{x['verdict']}: {a.get('address')} +{a.get('size')} ({a.get('source') or '?'}, "

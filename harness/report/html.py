@@ -329,6 +329,21 @@ def xids_table(model: ReportModel) -> str:
                                  ("access", "text"), ("allocation", "text")], rows)
 
 
+def guard_section(model: ReportModel) -> str:
+    """What guard mode did and each fault it caught, in the guard's own words."""
+    from faulthunt.report.markdown import guard_notes
+
+    g = model.guard or {}
+    out = [f'<p id="guard-line">{_e(g.get("line"))}</p>']
+    out += [f"<p>{_e(n)}</p>" for n in guard_notes(g)]
+    rows = ["<tr>" + _td(c.get("verdict")) + _td(c.get("nodeid"), "id") + _td(c.get("text")) + "</tr>"
+            for c in g.get("catches") or []]
+    if rows:
+        out.append(_table("guard-table", [("verdict", "text"), ("test", "text"),
+                                          ("what guard mode says", "text")], rows))
+    return "".join(out)
+
+
 def _outcomes_table(model: ReportModel) -> str:
     from faulthunt.report.sanitize import OUTCOME_LABELS
 
@@ -443,6 +458,8 @@ def render(model: ReportModel) -> str:
                 if model.simulated and model.xids else "")
     sections.append(_section("xids", "Xid events", xid_note + xids_table(model) if model.xids
                              else "<p>None recorded.</p>"))
+    if model.guard:
+        sections.append(_section("guard", "Guard mode", guard_section(model)))
     sections.append(_section("sanitizer", "Sanitizer", sanitizer_section(model)))
     if model.hangs:
         sections.append(_section("hangs", "Hangs", hangs_section(model)))

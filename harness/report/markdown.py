@@ -56,6 +56,36 @@ def xids_table(model: ReportModel) -> list[str]:
                     md_cell(allocation_text(x))] for x in model.xids])
 
 
+def guard_section(model: ReportModel) -> list[str]:
+    """What guard mode did and each fault it caught, in the guard's own words."""
+    g = model.guard or {}
+    out = [md_text(g.get("line")), ""]
+    for line in guard_notes(g):
+        out += [md_text(line), ""]
+    catches = g.get("catches") or []
+    if catches:
+        out += _table(["verdict", "test", "what guard mode says"],
+                      [[md_cell(c.get("verdict")), md_cell(c.get("nodeid")),
+                        md_cell(c.get("text"), newlines="space")] for c in catches])
+        out += [""]
+    return out
+
+
+def guard_notes(guard: dict[str, Any]) -> list[str]:
+    """The sentences under the guard line: settings, a simulated driver, what it cannot see."""
+    cfg = guard.get("config") or {}
+    out = []
+    if cfg:
+        out.append(f"Settings: 1 in {cfg.get('rate')}, guard {'after' if cfg.get('side') != 'left' else 'before'} "
+                   f"each allocation, align {cfg.get('align')}, seed {cfg.get('seed')}.")
+    if cfg.get("driver") == "simulated":
+        out.append("SIMULATED driver (FAULTHUNT_GUARD_DRIVER=fake): no GPU memory was guarded.")
+    if guard.get("not_guardable"):
+        out.append(f"{guard['not_guardable']} fault address(es) fell inside a slot's slack: inside "
+                   "the slack, not guardable (a smaller align leaves less: --guard 1,align=16).")
+    return out
+
+
 def sanitizer_table(model: ReportModel) -> list[str]:
     """compute-sanitizer findings, first = offending kernel."""
     return _table(["tool", "kind", "kernel", "source", "count", "test"],
@@ -123,6 +153,10 @@ def render(model: ReportModel) -> str:
         L += xids_table(model)
     else:
         L += ["None recorded."]
+    if model.guard:
+        L += ["", "## Guard mode", ""]
+        L += guard_section(model)
+        L.pop()
     L += ["", "## Sanitizer", ""]
     if not model.sanitizer_ran:
         L += ["Not run yet."]

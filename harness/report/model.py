@@ -54,6 +54,8 @@ class ReportModel:
     #: sanitizer.json ``outcomes``: per test and tool, found / reproduced but silent / not
     #: reproduced in K runs (empty for sanitize runs that predate them)
     sanitizer_outcomes: tuple[dict[str, Any], ...] = ()
+    #: what guard mode did (summary.json ``guard`` and its one line, ``line``); None: not guarded
+    guard: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report.json object (same content as the Markdown)."""
@@ -97,6 +99,13 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
         summary = summarize_run(run)
         why = "damaged" if Layout.SUMMARY in damaged else "missing"
         notes.append(f"summary recomputed from events/ (summary.json {why})")
+    if not summary.get("guard") and run.has_ledger():
+        # a run recorded before summary.json had a guard section: its ledger still says
+        from faulthunt.summary import guard_of_run
+
+        guard = guard_of_run(run, docs[Layout.MAPPING] or ())
+        if guard is not None:
+            summary["guard"] = guard
     hang_texts: dict[str, str | None] = {}
     for rec in run.worker_events():
         if isinstance(rec, Hang):
@@ -335,7 +344,9 @@ def _decode_xid(x: Mapping[str, Any], mapping: Sequence[Mapping[str, Any]]) -> d
             "allocation": ({"address": alloc.get("address"), "size": alloc.get("size"),
                             "nodeid": alloc.get("nodeid"), "source": alloc.get("source"),
                             "freed": alloc.get("freed")} if alloc else None),
-            "mapped_test": (verdict or {}).get("nodeid")}
+            "mapped_test": (verdict or {}).get("nodeid"),
+            # a guard slot's exact verdict in the guard's own words (docs/guard.md)
+            "guard_text": (verdict or {}).get("text") if (verdict or {}).get("basis") == "guard" else None}
 
 
 def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
@@ -490,7 +501,19 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                                              *(n for n in summary.get("notes") or []
                                                if isinstance(n, str))]),
         simulated=_simulated(run),
-        sanitizer_outcomes=tuple(dict(o) for o in (sanitizer or {}).get("outcomes") or [] if isinstance(o, Mapping)))
+        sanitizer_outcomes=tuple(dict(o) for o in (sanitizer or {}).get("outcomes") or [] if isinstance(o, Mapping)),
+        guard=_guard(summary.get("guard")))
+
+
+def _guard(guard: Any) -> dict[str, Any] | None:
+    """summary.json's guard section with its one line (None for a run without guard mode)."""
+    from faulthunt.guard.summary import guard_line
+
+    if not isinstance(guard, Mapping) or not guard.get("enabled"):
+        return None
+    line = guard_line(guard)
+    catches = [dict(c) for c in guard.get("catches") or [] if isinstance(c, Mapping)]
+    return {**guard, "line": line, "catches": catches}
 
 
 def _count(items: Any) -> dict[str, int]:

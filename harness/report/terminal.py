@@ -17,6 +17,8 @@ from faulthunt.records.documents import MappingEntry
 
 #: collection errors named one by one under the table (the rest are counted)
 SHOWN_ERRORS = 5
+#: guard catches named one by one under the guard line (the rest are counted)
+SHOWN_CATCHES = 5
 
 
 def render_summary(summary: Mapping[str, Any], run_dir: Path | None, console: Any, *,
@@ -96,6 +98,7 @@ def summary_lines(summary: Mapping[str, Any], run_dir: Path | None) -> list[str]
                                   if d.get("runs") is not None else "runs under 'unpinned'")
             + f", {d['xids']} Xids" for d in devices))
     out += kernel_log_lines(summary.get("kernel_log"))
+    out += guard_lines(summary.get("guard"))
     out += collection_error_lines(summary)
     out += _nothing_ran(summary, run_dir)
     out += _stop_lines(summary)
@@ -135,6 +138,27 @@ def headline(summary: Mapping[str, Any]) -> str:
 def _error_count(summary: Mapping[str, Any]) -> int:
     errors = summary.get("collection_errors") or []
     return max(len(errors), int(summary.get("collection_error_count") or 0))
+
+
+def guard_lines(guard: Mapping[str, Any] | None) -> list[str]:
+    """What guard mode did (:func:`faulthunt.guard.guard_line`) and each fault it caught, in
+    the guard's own words; nothing for a run without guard mode."""
+    from faulthunt.guard.summary import guard_line
+
+    if not isinstance(guard, Mapping):
+        return []
+    line = guard_line(guard)
+    if line is None:
+        return []
+    catches = [c for c in guard.get("catches") or [] if isinstance(c, Mapping)]
+    out = [line]
+    for c in catches[:SHOWN_CATCHES]:
+        text = str(c.get("text") or c.get("verdict"))
+        nodeid = c.get("nodeid")
+        out.append(f"  {text}" + (f" (the fault: in {nodeid})" if nodeid and nodeid not in text else ""))
+    if len(catches) > SHOWN_CATCHES:
+        out.append(f"  ... and {len(catches) - SHOWN_CATCHES} more (mapping.json has them all)")
+    return out
 
 
 def collection_error_lines(summary: Mapping[str, Any]) -> list[str]:

@@ -4,7 +4,9 @@ the result down.
 
 The summary itself is :func:`faulthunt.summary.build_summary`'s; this adds what only the run
 knew (pytest's status and words, what stopped it, what could not be written, the timeout in
-force) and decides the exit status by one rule, :func:`exit_status_for`.
+force) and decides the exit status by one rule, :func:`exit_status_for`. The run's fault
+addresses are mapped here too (:func:`faulthunt.mapper.map_run_entries`, reading only): guard
+mode's section of the summary counts what its verdicts caught.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from faulthunt.errors import ExitCode, FaulthuntError
+from faulthunt.records.codec import convert
+from faulthunt.records.documents import XidLine
 from faulthunt.records.events import Crash, RestartLimit
 from faulthunt.records.run import TestSpan
 from faulthunt.rundir import (DiskFullError, Layout, RunDir, dumps, write_json_atomic,
@@ -34,6 +38,9 @@ class StressResult:
     exit_status: int
     #: every Xid of the run with its final attribution (what xid.jsonl is rewritten with)
     xids: tuple[dict[str, Any], ...] = ()
+    #: mapping.json's entries (None: nothing to map, or mapping failed: ``mapping_error``)
+    mapping: tuple[dict[str, Any], ...] | None = None
+    mapping_error: str | None = None
 
 
 def exit_status_for(pytest_status: int | None, found: bool, *, stopped_by: int | None = None,
@@ -79,7 +86,7 @@ def label_unended(spans: Sequence[TestSpan], controller: Sequence[Any], outcome:
 def analyse(run: RunDir, got: Collected) -> StressResult:
     """The result of a collected run (reads the run directory, writes nothing)."""
     from faulthunt.summary import (attribute_xids, build_summary, found_something,
-                                   pci_map_of_run, visible_of_run)
+                                   guard_of_run, pci_map_of_run, visible_of_run)
 
     signame = signal.Signals(got.stopped_by).name if got.stopped_by else None
     # None: e.g. a file: source that could not be followed: keep what was recorded live
@@ -106,7 +113,38 @@ def analyse(run: RunDir, got: Collected) -> StressResult:
                                   collection_errors=n_errors)
     summary.update(_run_facts(got, spans, summary), exit_status=int(exit_status),
                    skipped_lines=run.skipped_lines())
-    return StressResult(run.path, summary, int(exit_status), tuple(attributed))
+    mapping, mapping_error = _map(run, summary, attributed)
+    guard = guard_of_run(run, mapping or ()) if _guard_asked(run, got) else None
+    if guard is not None:
+        summary["guard"] = guard
+    return StressResult(run.path, summary, int(exit_status), tuple(attributed),
+                        None if mapping is None else tuple(mapping), mapping_error)
+
+
+def _guard_asked(run: RunDir, got: Collected) -> bool:
+    """Guard mode was on (``--guard``, or FAULTHUNT_GUARD in the run's environment): only then is
+    the ledger read for its guard records (a large ledger without any is not scanned for none)."""
+    from faulthunt.guard.config import GUARD_ENV
+
+    return got.plan.opts.guard is not None or bool((run.env() or {}).get(GUARD_ENV))
+
+
+def _map(run: RunDir, summary: dict[str, Any], attributed: Sequence[dict[str, Any]]
+         ) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """The run's fault addresses mapped to its ledger (with the Xids' final attribution); a
+    stress run's addresses are its Xids' (sanitize maps its own findings): without an Xid there
+    is nothing. Never raises: the stress result stands even if mapping breaks."""
+    if not summary.get("xids"):
+        return None, None
+    from faulthunt.mapper import map_run_entries
+
+    xids = [x for x in (convert(rec, XidLine)[0] for rec in attributed) if x is not None]
+    try:
+        return map_run_entries(run, xids), None
+    except FaulthuntError as exc:
+        return None, f"mapping fault addresses: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the stress result stands even if mapping breaks
+        return None, f"mapping fault addresses failed: {type(exc).__name__}: {exc}"
 
 
 def _collection_errors(summary: dict[str, Any], out: PytestOutput) -> int:
@@ -152,7 +190,7 @@ def _no_tests_reason(got: Collected) -> str:
 
 
 def save(result: StressResult, got: Collected, warn: Callable[[str], None]) -> StressResult:
-    """Write the result down: xid.jsonl (final attribution), summary.json, run.json, mapping.
+    """Write the result down: xid.jsonl (final attribution), summary.json, run.json, mapping.json.
 
     A full disk does not stop the rest: what cannot be written is named in the summary
     (``disk_full``), the exit status says so, and everything written before stays readable.
@@ -175,23 +213,12 @@ def save(result: StressResult, got: Collected, warn: Callable[[str], None]) -> S
             exit_status = exit_status_for(got.pytest_status, True, stopped_by=got.stopped_by,
                                           disk_full=True)
             summary["exit_status"] = exit_status
-    _map_run(RunDir(run_dir), summary, warn)
+    if result.mapping_error:
+        warn(result.mapping_error)
+    if result.mapping is not None:
+        try:
+            write_json_atomic(run_dir / Layout.MAPPING, list(result.mapping))
+        except DiskFullError as exc:
+            summary["disk_full"].append(exc.message)
+            warn(f"mapping fault addresses: {exc.message}")
     return dataclasses.replace(result, exit_status=exit_status)
-
-
-def _map_run(run: RunDir, summary: dict[str, Any], warn: Callable[[str], None]) -> None:
-    """Map the run's fault addresses to its ledger (faulthunt.mapper.map_run). A stress run's
-    addresses are its Xids' (sanitize maps its own findings): without an Xid there is nothing."""
-    if not summary.get("xids"):
-        return
-    from faulthunt.mapper import map_run
-
-    try:
-        map_run(run.path)
-    except DiskFullError as exc:
-        summary["disk_full"].append(exc.message)
-        warn(f"mapping fault addresses: {exc.message}")
-    except FaulthuntError as exc:
-        warn(f"mapping fault addresses: {exc}")
-    except Exception as exc:  # noqa: BLE001 - the stress result stands even if mapping breaks
-        warn(f"mapping fault addresses failed: {type(exc).__name__}: {exc}")
