@@ -26,10 +26,13 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from faulthunt import __version__
 from faulthunt.errors import ExitCode, FaulthuntError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["COMMANDS", "ExitCode", "build_parser", "console_main", "main"]
 
@@ -104,7 +107,7 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
-    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         """argparse's, but a full disk is not swallowed (``--help > /dev/full`` must not exit 0);
         argparse ignores any other error of the write (a closed or missing stream)."""
         if not message:
@@ -112,7 +115,7 @@ class _Parser(argparse.ArgumentParser):
         try:
             out = file or sys.stderr
             out.write(message)
-            out.flush()
+            getattr(out, "flush", lambda: None)()
         except (AttributeError, OSError) as exc:
             if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
                 raise
@@ -224,7 +227,7 @@ def _drain(stream: IO[str] | None) -> bool:
 def console_main() -> None:
     """Entry point of the ``faulthunt`` console script."""
     try:
-        status: object = main()
+        status: str | int | None = main()
     except SystemExit as exc:  # argparse after --help, --version or a usage error: flush its text
         status = exc.code
         try:
