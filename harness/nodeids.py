@@ -13,7 +13,10 @@ on the command line matches nothing ("0 test runs").
 
 from __future__ import annotations
 
+import os
+import posixpath
 from collections.abc import Iterable
+from pathlib import Path
 
 from faulthunt.errors import UsageError
 
@@ -60,11 +63,45 @@ def collection_root(nodeid: str) -> str:
     return f"{path}::{rest.split('[', 1)[0]}"
 
 
-def pytest_selection(ids: Iterable[str], where: str = "") -> list[str]:
+def rebase(nodeid: str, rootdir: str | Path, cwd: str | Path | None = None) -> str:
+    """``nodeid`` (relative to pytest's ``rootdir``) with its file path as seen from ``cwd``.
+
+    pytest names tests relative to its rootdir, which is not the directory it ran in when the
+    suite has its own ini file in a subfolder (``cd repo; pytest sub/tests`` with
+    ``sub/pytest.ini`` names ``tests/t.py::test_a``). Relative to ``cwd`` when the file is under
+    it, else absolute (also when ``cwd`` is None); ``./`` in front of a path that would start
+    with ``-``.
+    """
+    path, sep, rest = nodeid.partition("::")
+    full = os.path.normpath(os.path.join(os.fspath(rootdir), path))
+    if cwd is not None:
+        rel = os.path.relpath(full, os.fspath(cwd))
+        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            full = posixpath.join(".", rel) if rel.startswith("-") else rel
+    return f"{full}{sep}{rest}"
+
+
+def rootdir_option(rootdir: str | Path) -> list[str]:
+    """``--rootdir=DIR``, or nothing when pytest would read DIR differently: it expands
+    ``$NAME`` in the option's value, and a path cannot escape that."""
+    text = os.fspath(rootdir)
+    return [] if "$" in text else [f"--rootdir={text}"]
+
+
+def pytest_selection(ids: Iterable[str], where: str = "", *, rootdir: str | Path | None = None,
+                     cwd: str | Path | None = None) -> list[str]:
     """pytest arguments that run exactly ``ids`` (with any ``--count``), options first.
 
-    The result ends with ``--`` and the collection roots, so append nothing after it.
+    ``rootdir``: the rootdir of the run the ids come from (its ``session_start`` record). The
+    selection then pins it (``--rootdir``, so the ids mean what they meant, whichever ini file a
+    narrower selection would find first) and names the roots as paths from ``cwd`` (the
+    directory pytest will run in: :func:`rebase`). The result ends with ``--`` and the collection
+    roots, so append nothing after it.
     """
     checked = [check_node_id(i, where) for i in ids]
     roots = list(dict.fromkeys(collection_root(i) for i in checked))
-    return [f"{SELECT_OPTION}={i}" for i in checked] + ["--", *roots]
+    head: list[str] = []
+    if rootdir is not None:
+        head = rootdir_option(rootdir)
+        roots = [rebase(r, rootdir, cwd) for r in roots]
+    return head + [f"{SELECT_OPTION}={i}" for i in checked] + ["--", *roots]

@@ -49,7 +49,7 @@ from faulthunt.records import codec
 from faulthunt.records.codec import Doc, Problem
 from faulthunt.records.documents import (Identity, KmsgCursorDoc, MappingEntry, RunInfo,
                                          SanitizerDoc, Summary, XidLine)
-from faulthunt.records.events import (ControllerEvent, OtherEvent, WorkerEvent,
+from faulthunt.records.events import (ControllerEvent, OtherEvent, SessionStart, WorkerEvent,
                                       decode_controller_event, decode_worker_event)
 from faulthunt.records.run import TestSpan, assemble_spans
 
@@ -728,6 +728,12 @@ class RunDir:
         """``controller.jsonl``: session bounds, dead workers, crashes, recycles."""
         return self._cached("controller", lambda: tuple(self._jsonl(
             self.path / Layout.CONTROLLER, decode_controller_event, Layout.CONTROLLER)))
+
+    def rootdir(self) -> str | None:
+        """pytest's rootdir in the run (its first ``session_start`` that says): the directory
+        the run's node ids are relative to. None for a run recorded before it was kept."""
+        return next((c.rootdir for c in self.controller()
+                     if isinstance(c, SessionStart) and c.rootdir), None)
 
     def xids(self) -> tuple[XidLine, ...]:
         """``xid.jsonl``: the run's Xid lines with their attribution."""

@@ -12,22 +12,35 @@ table, and ``faulthunt xid parse`` does not pay for importing the stress runner,
 and the report engine first (tests/test_cli.py holds the table equal to each module's HELP).
 ``run`` calls into the engine modules and returns; it raises
 :class:`faulthunt.errors.FaulthuntError` for anything the user can fix, which :func:`main` prints
-with its fix and maps to the error's exit code.
+with its fix and maps to the error's exit code. Output that cannot be written for lack of room
+(``faulthunt xid parse > /dev/full``, a full disk, a quota, ``ulimit -f``) ends as "disk full
+writing the output" with the exit status stress gives a full disk (3), never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import gc
 import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from faulthunt import __version__
 from faulthunt.errors import ExitCode, FaulthuntError
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
 __all__ = ["COMMANDS", "ExitCode", "build_parser", "console_main", "main"]
+
+#: no room to write: a full disk, a quota, the file size limit (as faulthunt.rundir.FULL_ERRNOS,
+#: which this module does not import: it is on the start-up path of every command)
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+#: the exit status of a full disk, as stress gives it (faulthunt.stress.analyse.exit_status_for)
+DISK_FULL_STATUS = ExitCode.BAD_INPUT
 
 
 #: subcommand name -> (module under faulthunt.cli, its HELP line)
@@ -94,6 +107,19 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """argparse's, but a full disk is not swallowed (``--help > /dev/full`` must not exit 0);
+        argparse ignores any other error of the write (a closed or missing stream)."""
+        if not message:
+            return
+        try:
+            out = file or sys.stderr
+            out.write(message)
+            getattr(out, "flush", lambda: None)()
+        except (AttributeError, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
+                raise
+
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser for ``argv``: every command listed, the arguments of the one ``argv`` names.
@@ -121,6 +147,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one faulthunt command; returns its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except OSError as exc:
+        if exc.errno not in _FULL_ERRNOS:
+            raise
+        command = _command_in(argv)
+        return _output_full(f"faulthunt {command}" if command else "faulthunt", exc)
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if getattr(args, "command", None) is None:
@@ -132,12 +168,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     try:
-        return int(args._run(args))
+        status = int(args._run(args))
+        sys.stdout.flush()  # output still buffered meets a full disk here, not at exit
+        return status
     except FaulthuntError as exc:
-        print(f"faulthunt {args.command}: {exc}", file=sys.stderr)
+        _tell(f"faulthunt {args.command}: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"faulthunt {args.command}: interrupted", file=sys.stderr)
+        _tell(f"faulthunt {args.command}: interrupted")
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # `faulthunt xid parse big.log | head`: the reader left; not an error of ours.
@@ -148,6 +186,70 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.OK
 
 
+def _tell(text: str) -> None:
+    """A line on stderr, if stderr can take it (it may be the full file)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _output_full(who: str, exc: OSError) -> int:
+    """Say that the output could not be written for lack of room; the full disk's status."""
+    where = f"at {exc.filename}" if exc.filename else "writing the output"
+    why = exc.strerror or str(exc)
+    if exc.errno == errno.EFBIG:
+        why += " (the file size limit, ulimit -f)"
+    _tell(f"{who}: disk full {where}: {why}\n  fix: free space where the output goes, "
+          "or send it to another filesystem")
+    return DISK_FULL_STATUS
+
+
+def _drain(stream: IO[str] | None) -> bool:
+    """Flush ``stream``; when that fails, point its descriptor at /dev/null so that Python's
+    own flush at exit does not fail again (exit status 120 and an "Exception ignored" message).
+    Returns whether everything was written; re-raises nothing."""
+    if stream is None:
+        return True
+    try:
+        stream.flush()
+        return True
+    except (OSError, ValueError):  # ValueError: closed after a broken pipe
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+        except (OSError, ValueError):
+            pass
+        return False
+
+
 def console_main() -> None:
     """Entry point of the ``faulthunt`` console script."""
-    sys.exit(main())
+    try:
+        status: str | int | None = main()
+    except SystemExit as exc:  # argparse after --help, --version or a usage error: flush its text
+        status = exc.code
+        try:
+            sys.stdout.flush()
+        except OSError as err:
+            if err.errno in _FULL_ERRNOS:
+                status = _output_full("faulthunt", err)
+    _drain(sys.stdout)
+    _drain(sys.stderr)
+    _settle_heap()
+    sys.exit(status)
+
+
+def _settle_heap() -> None:
+    """Spare the exit its cyclic-GC passes over every object still alive.
+
+    Interpreter shutdown runs the cyclic collector over the whole heap, more than once: about 4 ms
+    of CPU of a short command (``faulthunt --version``, ``xid parse`` of a small log; measured
+    paired, docs/performance.md). One collection now still finalizes every cycle that is garbage
+    (as the exit would have); freezing what is left moves it where the exit's passes do not look.
+    atexit handlers and the module teardown still run; objects alive at exit are freed by it as
+    before, only not scanned for cycles, which Python never promised to finalize at exit.
+    """
+    gc.collect()
+    gc.freeze()

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     replay = replay_plan(run, args.nodeid)
     info = run.run_info()
     cwd = args.cwd or Path(info.cwd if info is not None and info.cwd else Path.cwd())
-    probe = pytest_probe(replay.target, cwd=cwd, repeats=args.repeats, count=replay.count)
+    probe = pytest_probe(replay.target, cwd=cwd, repeats=args.repeats, count=replay.count,
+                         rootdir=replay.rootdir)
     res = isolate(replay.target, replay.predecessors, probe)
     res["count"] = replay.count
     print(json.dumps(res, indent=2) if args.json else res["reading"])

@@ -9,6 +9,10 @@ with ``--faulthunt-id`` (:func:`faulthunt.nodeids.pytest_selection`), in the rec
 (:mod:`faulthunt.hunt.replay`). Stripping the steps to base ids would be shorter but not the same
 history: a test that leaks into its own next run (``test_a[1-3]`` pollutes ``test_a[2-3]``), or
 state that builds up over repeats, would vanish from the replay.
+
+Recorded ids are relative to pytest's rootdir in the run, which is not the directory it ran in
+when the suite has its own ini file in a subfolder: a probe runs in the run's directory with that
+rootdir pinned and the roots given as paths from there (``pytest_selection(rootdir=, cwd=)``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class Replay:
     target: str
     predecessors: tuple[str, ...]
     count: int = 1
+    #: pytest's rootdir in the run: the ids are relative to it (None: not recorded)
+    rootdir: str | None = None
 
 
 def _matches(span: TestSpan, nodeid: str) -> bool:
@@ -82,13 +88,13 @@ def replay_plan(run_dir: Path | RunDir, nodeid: str) -> Replay:
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     found = _history(run, nodeid)
     if found is None:  # never ran in this run: alone, as given
-        return Replay(nodeid, (), 1)
+        return Replay(nodeid, (), 1, run.rootdir())
     target, before = found
     preds = tuple(dict.fromkeys(p for p in before if p != target))
     where = f"the events of {run.path}"
     for pred in (target, *preds):
         check_node_id(pred, where)
-    return Replay(target, preds, _run_count(run, target))
+    return Replay(target, preds, _run_count(run, target), run.rootdir())
 
 
 def predecessors(run_dir: Path | RunDir, nodeid: str) -> list[str]:
@@ -122,32 +128,44 @@ def ddmin(items: Sequence[str], fails: Probe) -> list[str]:
     return current
 
 
-def _short_summary(stdout: str, target: str) -> set[str]:
-    """The words of pytest's short summary (``-rfEp``) about exactly ``target``."""
+def shown_id(nodeid: str, rootdir: str | None, cwd: Path) -> str:
+    """``nodeid`` as pytest's terminal shows it: its path relative to the directory pytest runs
+    in (``Config.cwd_relative_nodeid``), when that is not the rootdir."""
+    if rootdir is None or Path(rootdir) == cwd:
+        return nodeid
+    path, sep, rest = nodeid.partition("::")
+    return f"{os.path.relpath(os.path.join(rootdir, path), cwd)}{sep}{rest}"
+
+
+def _short_summary(stdout: str, targets: Sequence[str]) -> set[str]:
+    """The words of pytest's short summary (``-rfEp``) about exactly the target (any of the
+    forms in ``targets``)."""
     words = set()
     for line in stdout.splitlines():
         word, _, rest = line.partition(" ")
-        if word in ("FAILED", "ERROR", "PASSED") and (rest == target or rest.startswith(target + " - ")):
+        if word in ("FAILED", "ERROR", "PASSED") and any(
+                rest == t or rest.startswith(t + " - ") for t in targets):
             words.add(word)
     return words
 
 
-def probe_argv(target: str, preds: Sequence[str], count: int = 1,
-               python: str | None = None) -> list[str]:
+def probe_argv(target: str, preds: Sequence[str], count: int = 1, python: str | None = None, *,
+               rootdir: str | None = None, cwd: Path | None = None) -> list[str]:
     """The pytest command of one probe: ``preds`` then ``target``, in that order, under ``count``.
 
     Ids are selected with ``--faulthunt-id`` (last on the line, behind ``--``), never passed as
-    arguments pytest could read as options.
+    arguments pytest could read as options; ``rootdir`` (the run's) pinned, roots as paths from
+    ``cwd``.
     """
     argv = [python or sys.executable, "-m", "pytest", "-q", "-rfEp", "-p", "no:cacheprovider",
             "-p", "no:randomly", "-p", "faulthunt", "-p", "faulthunt.hunt.replay"]
     if count > 1:
         argv += ["-p", "repeat", "--count", str(count)]
-    return argv + pytest_selection([*preds, target])
+    return argv + pytest_selection([*preds, target], rootdir=rootdir, cwd=cwd)
 
 
 def pytest_probe(target: str, *, cwd: Path, repeats: int = 3, python: str | None = None,
-                 count: int = 1) -> Probe:
+                 count: int = 1, rootdir: str | None = None) -> Probe:
     """A probe that runs ``predecessors + [target]`` in one fresh pytest process, ``repeats`` times.
 
     Fresh processes are the point: a module-level cache can only leak within one interpreter.
@@ -158,12 +176,14 @@ def pytest_probe(target: str, *, cwd: Path, repeats: int = 3, python: str | None
         raise UsageError(f"--repeats must be at least 1, not {repeats}: with {repeats} nothing runs",
                          fix="pass --repeats 3 (the default) or more for a rare failure")
     env = {k: v for k, v in os.environ.items() if k != RUN_DIR_ENV}  # never record into a run
+    cwd = Path(cwd).resolve()
+    forms = list(dict.fromkeys([target, shown_id(target, rootdir, cwd)]))
 
     def probe(preds: Sequence[str]) -> bool:
         for _ in range(repeats):
-            p = subprocess.run(probe_argv(target, preds, count, python), cwd=cwd, env=env,
-                               capture_output=True, text=True)
-            said = _short_summary(p.stdout, target)
+            argv = probe_argv(target, preds, count, python, rootdir=rootdir, cwd=cwd)
+            p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+            said = _short_summary(p.stdout, forms)
             bad = bool(said & {"FAILED", "ERROR"})
             if p.returncode not in (0, 1) or not said:
                 raise FaulthuntError(f"pytest exited {p.returncode} without running {target}:\n"

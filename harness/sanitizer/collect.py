@@ -47,10 +47,13 @@ POLL_S = 0.05
 
 def pytest_argv(ids: Sequence[str], out_dir: Path, *, count: int | None = None,
                 pidfile: Path | None = None, order_file: Path | None = None,
-                python: str = sys.executable) -> list[str]:
+                python: str = sys.executable, rootdir: str | None = None,
+                cwd: Path | None = None) -> list[str]:
     """The pytest command of one run: no xdist, its own cache dir, no pytest-timeout interference;
     ``count`` for pytest-repeat's step ids; ``order_file`` to run a sequence in its order. The
-    ids come last, behind ``--`` (faulthunt.nodeids): a hostile id cannot read as an option."""
+    ids come last, behind ``--`` (faulthunt.nodeids): a hostile id cannot read as an option;
+    ``rootdir`` (the stress run's) pinned, the ids being relative to it, and the roots as paths
+    from ``cwd``, where the run goes."""
     argv = [python, "-m", "pytest", "-p", "faulthunt", "-p", RERUN_PLUGIN, "-q", "-rfE", "--color=no",
             # the user's .pytest_cache (their --lf list) stays as it was
             "-o", f"cache_dir={out_dir / 'pytest_cache'}"]
@@ -64,7 +67,7 @@ def pytest_argv(ids: Sequence[str], out_dir: Path, *, count: int | None = None,
         argv.append(f"{PIDFILE_OPTION}={pidfile}")
     if order_file is not None:
         argv += ["-p", "no:randomly", f"{ORDER_OPTION}={order_file}"]
-    return argv + pytest_selection(ids, "the run being sanitized")
+    return argv + pytest_selection(ids, "the run being sanitized", rootdir=rootdir, cwd=cwd)
 
 
 def have_repeat() -> bool:
@@ -146,6 +149,8 @@ class Settings:
     #: builds compute-sanitizer's part of the command: (tool, log file, xml file) -> plan
     build: Callable[[str, str, str], cmd.CommandPlan]
     python: str = sys.executable
+    #: pytest's rootdir in the stress run (its node ids are relative to it), when it said
+    rootdir: str | None = None
 
 
 class Collector:
@@ -255,7 +260,8 @@ class Collector:
         for d in plan.dropped:
             self.dropped.setdefault(d.render(), None)
         argv = list(plan.argv) + pytest_argv(ids, self.s.out_dir, count=lane.target.count_for(ids),
-                                             pidfile=pid, order_file=order, python=self.s.python)
+                                             pidfile=pid, order_file=order, python=self.s.python,
+                                             rootdir=self.s.rootdir, cwd=self.s.cwd)
         output = open(logs / f"{stem}.pytest.log", "wb")  # noqa: SIM115 - closed in _finish
         try:
             proc = subprocess.Popen(argv, cwd=self.s.cwd, env=self.s.env, stdout=output,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -35,7 +34,23 @@ from faulthunt.stats import runs_to_detect
 RERUN_OUTCOMES = frozenset({"failed", "error", "crashed", "hung", "incomplete"})
 ID_MODES = ("auto", "exact", "base")
 
-_BRACKET = re.compile(r"^(?P<head>.*?)\[(?P<ids>.*)\]$")
+def _bracketed(nodeid: str) -> tuple[str, str] | None:
+    r"""(head, ids) of ``head[ids]``: from the first ``[`` to the ``]`` that ends the id.
+
+    What ``^(.*?)\[(.*)\]$`` matched, in one pass: that expression retried the rest of the id
+    from every ``[``, so an id of thousands of ``[`` and no ``]`` took quadratic time. An id with
+    a line break is no node id (faulthunt.nodeids) and has no parameters here.
+    """
+    if not nodeid.endswith("]") or "\n" in nodeid:
+        return None
+    start = nodeid.find("[", 0, len(nodeid) - 1)
+    return None if start < 0 else (nodeid[:start], nodeid[start + 1:-1])
+
+
+def _step_number(text: str) -> bool:
+    """Whether ``text`` can be one of pytest-repeat's numbers: ASCII digits (``int`` rejects
+    other digits, ``²``), few enough for ``int`` (it refuses thousands)."""
+    return text.isascii() and text.isdigit() and len(text) <= 9
 
 
 def split_repeat(nodeid: str) -> tuple[str, int | None]:
@@ -43,18 +58,18 @@ def split_repeat(nodeid: str) -> tuple[str, int | None]:
 
     ``t.py::a[f32-3-50]`` -> (``t.py::a[f32]``, 50); ``t.py::a[2-5]`` -> (``t.py::a``, 5). For
     ids read back where the item (and its callspec) is gone; a stress run records
-    ``base_nodeid`` from the callspec itself.
+    ``base_nodeid`` from the callspec itself. Linear in the id, whatever it holds.
     """
-    m = _BRACKET.match(nodeid)
-    if not m:
+    found = _bracketed(nodeid)
+    if found is None:
         return nodeid, None
-    parts = m.group("ids").split("-")
+    head, ids = found
+    parts = ids.split("-")
     for i in range(len(parts) - 2, -1, -1):
         a, b = parts[i], parts[i + 1]
-        # bounded: an id with thousands of digits is not a repeat step
-        if a.isdigit() and b.isdigit() and len(b) <= 9 and 1 <= int(a) <= int(b):
+        if _step_number(a) and _step_number(b) and 1 <= int(a) <= int(b):
             rest = parts[:i] + parts[i + 2:]
-            base = f"{m.group('head')}[{'-'.join(rest)}]" if rest else m.group("head")
+            base = f"{head}[{'-'.join(rest)}]" if rest else head
             return base, int(b)
     return nodeid, None
 

@@ -221,6 +221,8 @@ class _Selection:
     source: str
     cwd: Path
     run_info: RunInfo | None
+    #: pytest's rootdir in the run the ids come from (None: pytest's cache, or not recorded)
+    rootdir: str | None
 
 
 def _select(run_dir: Path | None, opts: SanitizeOptions, here: Path, notes: list[str]) -> _Selection:
@@ -253,7 +255,11 @@ def _select(run_dir: Path | None, opts: SanitizeOptions, here: Path, notes: list
     for t in targets:  # ids are data: a hand-edited run cannot smuggle an option into pytest
         for nodeid in (*t.sequence, *t.ids):
             check_node_id(nodeid, source)
-    info = RunDir(run_dir).run_info() if run_dir is not None else None
+    source_run = RunDir(run_dir) if run_dir is not None else None
+    info = source_run.run_info() if source_run is not None else None
+    # the ids are relative to the run's rootdir, which is not its cwd when the suite has its own
+    # ini file in a subfolder: the reruns run in the cwd, with that rootdir pinned
+    rootdir = source_run.rootdir() if source_run is not None and not last_failed else None
     if run_dir is None:
         run_dir = create_run_dir(base=here / DEFAULT_BASE)
         write_run_info(run_dir, RunInfo.begin(run_dir.name, kind="sanitize", cwd=str(here),
@@ -261,7 +267,7 @@ def _select(run_dir: Path | None, opts: SanitizeOptions, here: Path, notes: list
     cwd = here
     if opts.cwd is None and info is not None and info.cwd and Path(info.cwd).is_dir():
         cwd = Path(info.cwd)
-    return _Selection(run_dir, targets, collateral, source, cwd, info)
+    return _Selection(run_dir, targets, collateral, source, cwd, info, rootdir)
 
 
 def _guard(env: dict[str, str], info: RunInfo | None, notes: list[str]) -> None:
@@ -414,8 +420,9 @@ def run_sanitize(run_dir: Path | None, opts: SanitizeOptions | None = None, *,
         say(_run_line(result, planned.get(result.base)))
         output.write(output.analysis(lanes), complete=False)
 
-    collector = Collector(Settings(out_dir, sel.cwd, env, opts.timeout, functools.partial(_build, info, opts)),
-                          lanes, parallel=opts.parallel, budget=opts.budget, keep_going=opts.keep_going,
+    settings = Settings(out_dir, sel.cwd, env, opts.timeout, functools.partial(_build, info, opts),
+                        rootdir=sel.rootdir)
+    collector = Collector(settings, lanes, parallel=opts.parallel, budget=opts.budget, keep_going=opts.keep_going,
                           on_run=on_run, say=say)
     output.write(output.analysis(lanes), complete=False)
     try:
