@@ -92,7 +92,7 @@ def sync() -> None:
     _ck(cu.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def device() -> Any:
     if available() is not None:
         raise Unavailable(available())
@@ -127,7 +127,7 @@ def cubin_sm(data: bytes) -> int | None:
     return (flags >> 8) & 0xFF
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module() -> Any:
     return compile_module(device().arch)
 

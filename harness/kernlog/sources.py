@@ -399,7 +399,7 @@ def _run_tool(argv: list[str], what: str, timeout: float = 30.0) -> str:
     if exe is None:
         raise KernelLogUnreadable(f"`{argv[0]}` is not installed", fix=f"install it, or choose another --xid-source ({what})")
     try:
-        proc = subprocess.run([exe, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+        proc = subprocess.run([exe, *argv[1:]], capture_output=True, timeout=timeout,
                               env={**os.environ, "LC_ALL": "C", "SYSTEMD_PAGER": "", "PAGER": "cat"})
     except subprocess.TimeoutExpired:
         raise KernelLogUnreadable(f"`{' '.join(argv)}` did not finish in {timeout:.0f} s",

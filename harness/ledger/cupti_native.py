@@ -64,7 +64,7 @@ def _bind(cl: Any) -> Any:
         fn = getattr(cl, name)
         fn.argtypes = args
         fn.restype = ctypes.c_int
-    getattr(cl, "cuptiActivityGetNextRecord")
+    _ = cl.cuptiActivityGetNextRecord  # resolved now: a libcupti without it fails here, not mid-run
     return cl
 
 

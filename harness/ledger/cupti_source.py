@@ -617,7 +617,7 @@ class CuptiSource:
             if raw is None:
                 site, sym, cid = cbdata.callback_site, None, cbdata.correlation_id
             entering = site == self._enter
-            if kind == _ALLOC or kind == _FREE:
+            if kind in (_ALLOC, _FREE):
                 if not entering:
                     # an allocation call that failed may be reporting a fault's sticky error
                     if self.launches == "activity" and _failed(retp if raw is not None else

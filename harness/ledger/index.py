@@ -192,7 +192,7 @@ class StabbingIndex:
         self.xtree = Tree(self.xs, min, big, "q")
         self.ytree = Tree(self.ys, max, -1, "q")
 
-    def _nodes(self, q: int):  # noqa: ANN202 - a small generator of (lo, hi, one-sided test)
+    def _nodes(self, q: int):
         keys, starts = self.keys, self.starts
         if q < 0:
             return

@@ -94,7 +94,7 @@ class _Line(msgspec.Struct, gc=False, tag_field="event", kw_only=True):
 
     code: ClassVar[int] = _OTHER
     t: float
-    pid: int | None | msgspec.UnsetType = msgspec.UNSET
+    pid: int | msgspec.UnsetType | None = msgspec.UNSET
     t_mono: float | None = None
 
 
@@ -873,7 +873,7 @@ def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: 
             live[level][addr] = i
             r0s[level][i] = rank
             continue
-        levels = _BLOCKS if k == KIND_BLOCK else _CONTAINERS if k == KIND_DEVICE or k == KIND_SEGMENT else _EITHER
+        levels = _BLOCKS if k == KIND_BLOCK else _CONTAINERS if k in (KIND_DEVICE, KIND_SEGMENT) else _EITHER
         for level in levels:
             life = live[level].pop(addr, None)
             if life is not None:

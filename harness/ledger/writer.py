@@ -744,7 +744,7 @@ class LedgerWriter:
 
 
 #: open writers, so a fork can give each its child file
-_writers: "weakref.WeakSet[LedgerWriter]" = weakref.WeakSet()
+_writers: weakref.WeakSet[LedgerWriter] = weakref.WeakSet()
 
 
 def _reopen_after_fork() -> None:

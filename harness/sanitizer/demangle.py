@@ -30,7 +30,7 @@ _CACHE_MAX = 1024
 
 
 def is_mangled(name: str) -> bool:
-    return name.startswith("_Z") or name.startswith("__device_stub__Z")
+    return name.startswith(("_Z", "__device_stub__Z"))
 
 
 class _Library:

@@ -337,7 +337,7 @@ def detail_of(body: str) -> tuple:
             if thread is not None and block is not None:
                 return (D_WHO, thread, block)
         return (D_EXTRA,)
-    if c == "A" and (body.startswith("Address ") or body.startswith("Access ")):
+    if c == "A" and body.startswith(("Address ", "Access ")):
         return _address(body)
     if c == "a" and body.startswith("and "):
         return _and_line(body)

@@ -269,4 +269,4 @@ def parse_xml(text: str) -> list[SanitizerRecord]:
 
 def looks_like_xml(text: str) -> bool:
     head = text.lstrip("\ufeff \t\r\n")[:512]
-    return head.startswith("<?xml") or "<ComputeSanitizerOutput" in head or head.startswith("<FaulthuntSanitizer")
+    return head.startswith(("<?xml", "<FaulthuntSanitizer")) or "<ComputeSanitizerOutput" in head
