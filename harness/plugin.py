@@ -313,7 +313,7 @@ class WorkerRecorder:
             from faulthunt import ledger
 
             ledger.install(self.run_dir / Layout.LEDGER_DIR, mode)
-        except Exception as exc:  # a broken ledger must not take the test run down
+        except Exception as exc:  # noqa: BLE001 - a broken ledger must not take the test run down
             _warn(f"ledger install failed ({type(exc).__name__}: {exc}); continuing without it")
 
     def _watch_children(self) -> Any:

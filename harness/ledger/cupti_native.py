@@ -151,7 +151,7 @@ class NativeCuptiSource:
                     self._encoded.clear()
                 b = self._encoded[s] = s.encode()
             self.lib.fl_pending_put(cid, b, len(b))
-        except BaseException:  # never unwind into C
+        except BaseException:  # noqa: BLE001 - never unwind into C
             pass
 
     def _note(self, msg: str) -> None:

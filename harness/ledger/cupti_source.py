@@ -359,11 +359,11 @@ def problem() -> str | None:
     except ImportError as exc:
         return (f"cupti-python is not installed ({exc.name or exc}); "
                 "pip install 'cupti-python==<your CUDA major>.*' (e.g. 13.* for CUDA 13)")
-    except Exception as exc:  # the extension loaded but libcupti did not
+    except Exception as exc:  # noqa: BLE001 - the extension loaded but libcupti did not (the binding's own errors)
         return f"cupti-python could not load libcupti ({exc}); install nvidia-cuda-cupti matching your CUDA"
     try:
         cupti.get_timestamp()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the binding's CUPTIError or a loader error: either way CUPTI is unusable
         return f"libcupti is not usable ({exc}); check the driver and the nvidia-cuda-cupti version"
     return None
 
@@ -476,7 +476,7 @@ class CuptiSource:
         if raw is not None:
             try:
                 f = MemoryFields(*raw.unpack(act._data))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the raw-bytes route turns itself off on any failure; the object route takes over
                 self._raw_off("memory", f"unpack failed: {exc!r}")
             else:
                 if self._checks["memory"] > 0 and f.kind == self._memory2:
@@ -544,7 +544,7 @@ class CuptiSource:
                     kf = self._kernel_fields(act)
                     if kf is not None:
                         lines.append(self._kernel(kf, put=False))
-            except Exception as exc:  # never raise into CUPTI's thread
+            except Exception as exc:  # noqa: BLE001 - never raise into CUPTI's thread
                 print(f"faulthunt ledger: bad CUPTI record: {exc!r}", file=sys.stderr)
         if lines:
             self.writer.put_line("\n".join(lines))
@@ -571,7 +571,7 @@ class CuptiSource:
                         rec["nodeid"] = context.current_nodeid
                     self.writer.write(rec)
                     self.records += 1
-            except Exception as exc:  # never raise into CUPTI's thread
+            except Exception as exc:  # noqa: BLE001 - never raise into CUPTI's thread
                 print(f"faulthunt ledger: bad CUPTI record: {exc!r}", file=sys.stderr)
 
     def _flush_forced(self, why: str) -> None:
@@ -584,7 +584,7 @@ class CuptiSource:
                 self.cupti.activity_flush_all(self._forced)
             if self.writer.route.deferred:
                 self.writer.drain()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed forced flush is said once; the background flush still runs
             # Said once; the background flush still runs.
             if self.flush_on_launch:
                 self.flush_on_launch = False
@@ -608,7 +608,7 @@ class CuptiSource:
             if raw is not None:
                 try:
                     site, sym, retp, cid = raw.unpack(cbdata._data)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the raw-bytes route turns itself off on any failure; the object route takes over
                     self._raw_off("callback", f"unpack failed: {exc!r}")
                 else:
                     if self._checks["callback"] > 0:
@@ -663,7 +663,7 @@ class CuptiSource:
                     rec = self.writer.record(got[0], NAME, **got[1], failed=True if bad else None)
                     if not bad:
                         self._last_ok_sync = round(rec["t"] * 1e9)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - never raise into CUPTI's callback (the user's CUDA call)
             print(f"faulthunt ledger: CUPTI callback failed: {exc!r}", file=sys.stderr)
 
     def _background(self) -> None:
@@ -771,7 +771,7 @@ def start(writer: LedgerWriter, say: Callable[[str], None] = lambda m: None) -> 
         module = _import()
         try:
             return cupti_native.start(writer, module, say)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the compiled route falls back to Python on any failure, said
             msg = f"ledger: compiled CUPTI route unavailable ({exc}); CUPTI through Python"
             say(msg)
             writer.record(EVENT_NOTE, NAME, message=msg)

@@ -751,7 +751,7 @@ def _reopen_after_fork() -> None:
     for w in list(_writers):
         try:
             w._after_fork()
-        except Exception as exc:  # never break the child
+        except Exception as exc:  # noqa: BLE001 - never break the forked child
             print(f"faulthunt ledger: cannot reopen after fork: {exc!r}", file=sys.stderr)
 
 

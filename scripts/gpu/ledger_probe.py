@@ -338,7 +338,7 @@ def do_map(ledger_dir: Path, address: int, pid: int | None, at: float | None, pa
     ledger = load_ledger(ledger_dir)
     try:
         return map_address(ledger, address, pid=pid, at=at, page=page).to_json()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a mapping failure is this case's result, not the script's end
         return {"verdict": None, "reason": str(exc)}
 
 
