@@ -158,7 +158,7 @@ class RawStruct:
         self.names = names
         unpack_from = self._struct.unpack_from
         if take == list(range(len(take))):
-            self.unpack = unpack_from  # type: ignore[method-assign]  # fields already in order
+            self.unpack = unpack_from  # type: ignore[method-assign, assignment]  # fields already in order
         else:
             pick = operator.itemgetter(*take)
             if len(take) == 1:
@@ -347,7 +347,7 @@ def _failed(result_ptr: Any) -> bool:
 
 
 def _import() -> Any:
-    from cupti import cupti  # type: ignore[import-not-found]
+    from cupti import cupti
 
     return cupti
 
@@ -496,7 +496,7 @@ class CuptiSource:
             kind = struct.unpack_from("<i", data)[0]
             if kind not in self._kinds:
                 return None
-            f = dict(zip(self._kraw.names, self._kraw.unpack(data)))
+            f: dict[str, Any] = dict(zip(self._kraw.names, self._kraw.unpack(data)))
             f["name"] = ctypes.string_at(f["name"]).decode("utf-8", "replace") if f["name"] else None
             return f
         if int(getattr(act, "kind", -1)) not in self._kinds:
@@ -605,6 +605,7 @@ class CuptiSource:
             if not kind:
                 return
             raw = self._cbraw
+            sym: int | None
             if raw is not None:
                 try:
                     site, sym, retp, cid = raw.unpack(cbdata._data)

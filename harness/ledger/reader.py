@@ -333,7 +333,7 @@ def _dict_problem(rec: dict[str, Any]) -> str | None:
 
 
 def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector,
-               marks: array) -> bool:
+               marks: array[int]) -> bool:
     """Stream one ledger file into ``sink``; True when its last line is torn (no newline).
 
     ``marks`` gets, for every :data:`MARK` bytes of the file, how many lines lie before that
@@ -468,13 +468,13 @@ class RecordStore:
     """
 
     def __init__(self) -> None:
-        self.files: list[tuple[Path, int | None, array]] = []
+        self.files: list[tuple[Path, int | None, array[int]]] = []
         self.memory: list[dict[str, Any]] = []
         self._fds: dict[int, int] = {}
         self._cache: dict[int, dict[str, Any]] = {}
         self._finalizer = weakref.finalize(self, _close_all, self._fds)
 
-    def add_file(self, path: Path, file_pid: int | None) -> tuple[int, array]:
+    def add_file(self, path: Path, file_pid: int | None) -> tuple[int, array[int]]:
         marks = array("q")
         self.files.append((path, file_pid, marks))
         return len(self.files), marks
@@ -817,7 +817,7 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
     )
 
 
-def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: Sequence[Any],
+def _replay_lives(ev: array[int], addrs: Sequence[int], sizes: Sequence[int], kinds: Sequence[Any],
                   xs: Sequence[Any], refs: Sequence[int], lives: tuple[_LevelLives, _LevelLives]) -> int:
     """Alloc and free records in time order -> lives; returns the frees that matched nothing.
 

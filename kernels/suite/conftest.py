@@ -53,5 +53,6 @@ def pytest_report_header(config: pytest.Config) -> str:
     return _statement()
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
     terminalreporter.write_line(_statement())
