@@ -1,7 +1,7 @@
 """Pure parsers for NVIDIA Xid reports in kernel-log text, in every driver era and line container.
 
 A report is one kernel-log line carrying ``NVRM: Xid (<dev>): <n>, [pid=<p>, [name=<comm>, ]]<message>``
-(grammar by driver era: /work/shared/reference/formats.md section 2, summarised in docs/kernlog.md).
+(grammar by driver era: docs/kernlog.md "Parsing").
 Whatever comes before ``NVRM:`` is the *container* a tool wrapped the line in, and is stripped and
 read for its timestamp / sequence number / wall time:
 

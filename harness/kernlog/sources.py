@@ -283,7 +283,6 @@ class KmsgSource:
         self._fd: int | None = None
         self._fd_next: int | None = None  # the seq the open descriptor will return next
         self._lock = threading.Lock()
-        self._pending_epipe = 0
 
     def check(self) -> None:
         """Raise :class:`KernelLogUnreadable` unless the log can be opened for reading."""

@@ -915,9 +915,6 @@ def _replay_lives(ev: array[int], addrs: Sequence[int], sizes: Sequence[int], ki
 _BLOCKS, _CONTAINERS, _EITHER = (1,), (0,), (0, 1)
 
 
-def _take(seq: Sequence[Any], idx: Sequence[int]) -> Sequence[Any]:
-    """``[seq[i] for i in idx]`` in one C call."""
-    return itemgetter(*idx)(seq) if len(idx) > 1 else [seq[i] for i in idx]
 _ALLOC_OR_FREE = frozenset((_ALLOC, _FREE))
 
 
