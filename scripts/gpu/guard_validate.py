@@ -60,7 +60,7 @@ def probe(ledger: str) -> None:
         try:
             out = fn()
             out.setdefault("ok", bool(out.get("guarded") and out.get("data_ok") and out.get("unmapped")))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a check's failure, with its trace, is its result
             out = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
                    "trace": traceback.format_exc(limit=6)[-1500:]}
         say(stage="probe", framework=fw, seconds=round(time.perf_counter() - t0, 3), **out)
@@ -313,7 +313,7 @@ def judge_run(run: Path, faults: dict[str, tuple[str, int]], twins: tuple[str, .
     rows = []
 
     def find(name: str) -> list[str]:
-        return [n for n in outcomes if n.endswith(f"::{name}") or n.endswith(f"[{name}]")]
+        return [n for n in outcomes if n.endswith((f"::{name}", f"[{name}]"))]
 
     for name, (want, off) in faults.items():
         nodes = find(name)
