@@ -284,10 +284,10 @@ def listing_gaps(library: str, sass: tuple[Arch, ...], device: Arch,
                        f"{describe_archs(emb.sass)}" + (f" and PTX for {describe_archs(emb.ptx)}"
                                                         if emb.ptx else "")
                        + ("" if serving else f", none for {device.name} either"))
-    if vis.fatbin_section_bytes is not None and vis.file_bytes:
-        if vis.fatbin_section_bytes < 64 * 1024 and vis.file_bytes > 32 * 1024 * 1024:
-            reasons.append(f".nv_fatbin is {_mb(vis.fatbin_section_bytes)} of a "
-                           f"{_mb(vis.file_bytes)} file")
+    if (vis.fatbin_section_bytes is not None and vis.fatbin_section_bytes < 64 * 1024
+            and vis.file_bytes and vis.file_bytes > 32 * 1024 * 1024):
+        reasons.append(f".nv_fatbin is {_mb(vis.fatbin_section_bytes)} of a "
+                       f"{_mb(vis.file_bytes)} file")
     release = sorted(set(vis.release_sass))
     if release and len(set(sass)) <= 2 and len(release) >= len(set(sass)) + 3 \
             and any(a.sass_runs_on(device) for a in release):

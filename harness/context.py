@@ -26,7 +26,7 @@ def set_current(nodeid: str | None, base_nodeid: str | None) -> None:
     for fn in _listeners:
         try:
             fn(nodeid)
-        except Exception:  # a listener must never fail the test it is told about
+        except Exception:  # noqa: BLE001 - a listener must never fail the test it is told about
             pass
 
 

@@ -127,9 +127,9 @@ def find_cuda_errors(text: str) -> list[CudaErrorMatch]:
             if kind is not None:
                 add(kind, m.start(), _line_at(text, m.start()), "code")
     for rx, kind in _MESSAGE_RES:
-        m = rx.search(text)
-        if m is not None:
-            add(kind, m.start(), _line_at(text, m.start()), "message")
+        hit = rx.search(text)
+        if hit is not None:
+            add(kind, hit.start(), _line_at(text, hit.start()), "message")
     order.sort()
     matches = [found[code] for _, code in order]
     return sorted(matches, key=lambda m: not m.sticky)

@@ -93,11 +93,11 @@ def collect_nvml() -> dict[str, Any]:
         out["nvml"] = True
         try:
             out["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - pynvml raises a class per NVML return code, or AttributeError from a binding without the call
             out["nvml_error"] = f"nvmlSystemGetDriverVersion: {exc}"
         try:
             out["cuda_driver"] = cuda_version_text(pynvml.nvmlSystemGetCudaDriverVersion())
-        except Exception:
+        except Exception:  # noqa: BLE001 - as above; the CUDA version is optional
             pass
         count = pynvml.nvmlDeviceGetCount()
         for index in range(count):
@@ -111,10 +111,10 @@ def collect_nvml() -> dict[str, Any]:
                 major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
                 gpu["cc"] = f"{major}.{minor}"
                 gpu["memory_total"] = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-            except Exception as exc:  # one odd device must not hide the others
+            except Exception as exc:  # noqa: BLE001 - one odd device (any NVML error) must not hide the others
                 gpu["error"] = str(exc)
             out["gpus"].append(gpu)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - collect_nvml never raises: pynvml raises a class per NVML return code, or AttributeError from a binding without the call
         out["nvml_error"] = f"NVML query failed: {exc}"
     finally:
         stack.close()
@@ -129,7 +129,7 @@ def package_versions(names: tuple[str, ...] = KEY_PACKAGES) -> dict[str, str]:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-        except Exception:  # a broken dist-info must not stop a run
+        except Exception:  # noqa: BLE001 - a broken dist-info raises whatever its parser hits; it must not stop a run
             continue
     return found
 
@@ -155,13 +155,13 @@ def collect_basic() -> dict[str, Any]:
     info: dict[str, Any] = {}
     try:
         info["host"] = socket.gethostname()
-    except Exception:
+    except OSError:
         info["host"] = None
     try:
         info["os"] = _os_release() or platform.platform()
         info["kernel"] = platform.release()
         info["machine"] = platform.machine()
-    except Exception:
+    except (OSError, ValueError):  # an unreadable or undecodable os-release, a failed uname
         info.setdefault("os", None)
         info.setdefault("kernel", None)
     info["python"] = sys.version.split()[0]
@@ -181,10 +181,7 @@ def collect_basic() -> dict[str, Any]:
         info["gpu_note"] = "NVML reports no GPUs"
     else:
         info["gpu_note"] = f"no GPU visible: {nvml['nvml_error']}"
-    try:
-        info["packages"] = package_versions()
-    except Exception:
-        info["packages"] = {}
+    info["packages"] = package_versions()  # never raises: each version is guarded
     return info
 
 
@@ -358,7 +355,7 @@ def collect_hmm() -> dict[str, Any]:
             try:
                 mode = pynvml.nvmlDeviceGetAddressingMode(pynvml.nvmlDeviceGetHandleByIndex(index))
                 out["gpus"].append({"index": index, "addressing_mode": names.get(mode, str(mode))})
-            except Exception as exc:  # older drivers: function not found
+            except Exception as exc:  # noqa: BLE001 - older drivers: NVMLError_FunctionNotFound, or no such call in the binding
                 out["gpus"].append({"index": index, "addressing_mode": None, "error": str(exc)})
     finally:
         stack.close()

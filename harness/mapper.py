@@ -351,8 +351,9 @@ def launches_before(pl: PidLedger, at: float) -> tuple[tuple[dict[str, Any], ...
     end = bisect.bisect_right(pl.launch_times, at)
     s = bisect.bisect_right(pl.sync_times, at) - 1
     note = None
+    since: float | None
     if s >= 0:
-        since: float | None = pl.sync_times[s]
+        since = pl.sync_times[s]
         start = bisect.bisect_right(pl.launch_times, since)
     else:
         since = None

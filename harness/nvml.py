@@ -47,14 +47,14 @@ def session(module: Any = None) -> Iterator[Any]:
         module = pynvml
     try:
         module.nvmlInit()
-    except Exception as exc:  # any NVMLError (library not found, driver not loaded, ...) or a loader OSError
+    except Exception as exc:  # noqa: BLE001 - any NVMLError (library not found, driver not loaded, ...) or a loader OSError
         raise NvmlUnavailable(f"NVML unavailable: {exc}", FIX_NO_DRIVER) from None
     try:
         yield module
     finally:
         try:
             module.nvmlShutdown()
-        except Exception:  # shutting down after the body failed must not hide the body's own error
+        except Exception:  # noqa: BLE001 - shutting down after the body failed must not hide the body's own error
             pass
 
 
@@ -63,5 +63,5 @@ def device_count(module: Any = None) -> int:
     try:
         with session(module) as n:
             return int(n.nvmlDeviceGetCount())
-    except Exception:  # NvmlUnavailable or a failed query: either way no GPU can be used through NVML
+    except Exception:  # noqa: BLE001 - NvmlUnavailable or any NVMLError on the query: no GPU through NVML
         return 0

@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,8 @@ _LONGREPR_LIMIT = 8000
 REPORT_TEXT_LIMIT = 100_000
 #: characters of an exception line kept as a failure's message
 _MESSAGE_LIMIT = 300
+#: pytest-rerunfailures' report outcome, outside the values pytest's own types declare
+RERUN: str = "rerun"
 #: the results of faulthunt.repeat in the process that collected (the worker reports them)
 _REPEATED = pytest.StashKey[RepeatResult]()
 
@@ -313,7 +316,7 @@ class WorkerRecorder:
             from faulthunt import ledger
 
             ledger.install(self.run_dir / Layout.LEDGER_DIR, mode)
-        except Exception as exc:  # a broken ledger must not take the test run down
+        except Exception as exc:  # noqa: BLE001 - a broken ledger must not take the test run down
             _warn(f"ledger install failed ({type(exc).__name__}: {exc}); continuing without it")
 
     def _watch_children(self) -> Any:
@@ -353,7 +356,7 @@ class WorkerRecorder:
         self.children.uninstall()
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
         if self.poisoned is not None and self.recycle:
             self._recycle_before(item)
         nodeid = item.nodeid
@@ -475,7 +478,7 @@ def _bound_report(report: pytest.TestReport) -> tuple[str | None, str | None]:
     if sections and any(len(content) > REPORT_TEXT_LIMIT for _, content in sections):
         report.sections = [(title, bound_text(content, REPORT_TEXT_LIMIT))
                            for title, content in sections]
-    if not (report.failed or report.outcome == "rerun") or report.longrepr is None:
+    if not (report.failed or report.outcome == RERUN) or report.longrepr is None:
         return None, None
     text = report.longreprtext
     message = crash_message(report)
@@ -537,7 +540,7 @@ def _combine(reports: list[tuple[pytest.TestReport, str | None, str | None]]) ->
     message: str | None = None
     reruns = 0
     for rep, text, rep_message in reports:
-        if rep.outcome == "rerun":
+        if rep.outcome == RERUN:
             reruns += 1
         elif rep.failed:
             if rep.when == "call":

@@ -135,7 +135,7 @@ def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
     except ImportError:
         item._nodeid = nodeid  # type: ignore[attr-defined]
         return
-    item._id = coerce_node_id(nodeid)  # type: ignore[attr-defined]
+    item._id = coerce_node_id(nodeid)  # type: ignore[attr-defined, unused-ignore]  # private, per pytest version
     if item.nodeid != nodeid:  # pragma: no cover - a pytest that keeps it elsewhere
         raise RuntimeError("this pytest keeps node ids where faulthunt cannot set them")
 
@@ -145,5 +145,5 @@ def _copied_stash(stash: Any) -> Any:
     fresh = pytest.Stash()
     storage = getattr(stash, "_storage", None)
     if isinstance(storage, dict):
-        fresh._storage.update(storage)  # type: ignore[attr-defined]
+        fresh._storage.update(storage)  # type: ignore[attr-defined, unused-ignore]  # private, per pytest version
     return fresh

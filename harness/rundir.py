@@ -581,7 +581,7 @@ class RunDir:
         return value, True
 
     def _document(self, rel: str, type_: type[T], *, fieldwise: bool) -> T | None:
-        value, found = self._json(rel)
+        value, _ = self._json(rel)
         if value is None:
             return None
         if fieldwise:

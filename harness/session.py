@@ -23,6 +23,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,7 @@ class SessionPlan:
 def plan_session(kit: Path, *, name: str = "faulthunt", use_tmate: bool | None = None,
                  authorized_keys: Path | None = None, allow_open: bool = False,
                  timeout: float = DEFAULT_TIMEOUT, start_reproducer: bool = False,
-                 count: int | None = None, which=shutil.which) -> SessionPlan:  # type: ignore[no-untyped-def]
+                 count: int | None = None, which: Callable[[str], str | None] = shutil.which) -> SessionPlan:
     """Decide tmux vs tmate and check the access rules; raises with a fix when it must refuse."""
     if not (kit / "run_reproducer.sh").exists():
         raise UsageError(f"{kit} is not a repro kit (no run_reproducer.sh)",
@@ -169,7 +170,7 @@ def _run(argv: list[str]) -> str:
 
 
 def open_session(plan: SessionPlan, *, connect_timeout: float = CONNECT_TIMEOUT,
-                 ready_timeout: float = READY_TIMEOUT, which=shutil.which,  # type: ignore[no-untyped-def]
+                 ready_timeout: float = READY_TIMEOUT, which: Callable[[str], str | None] = shutil.which,
                  ) -> dict[str, str | None]:
     """Create the detached session; returns ``{name, tool, attach, ssh, web, fallback}``.
 

@@ -394,7 +394,7 @@ def render_xid_watch(plan: KitPlan) -> str:
             + r'''if "$PYTHON" -m faulthunt xid watch --help >/dev/null 2>&1; then
   exec "$PYTHON" -m faulthunt xid watch "$@"
 fi
-echo "faulthunt xid watch is not available in this build; following raw NVRM lines with dmesg -w" >&2
+echo "faulthunt xid watch cannot run with $PYTHON (faulthunt not installed there, or older than this kit); following raw NVRM lines with dmesg -w" >&2
 exec dmesg -w | grep --line-buffered -E "NVRM|Xid"
 ''')
 
@@ -403,7 +403,7 @@ def render_readme(plan: KitPlan, scripts: dict[str, FailingTest]) -> str:
     """The cheatsheet: what failed, the edit-rebuild-rerun loop, how to read the logs."""
     q = shlex.quote
     rows = "".join(
-        f"| `{t.base_nodeid.replace('|', '¦').replace('`', 'ʼ')}` | {', '.join(t.outcomes)} | "
+        f"| `{t.base_nodeid.replace('|', '¦').replace('`', 'ʼ')}` | {', '.join(t.outcomes)} | "  # noqa: RUF001 - a look-alike on purpose: a backtick would end the code span
         f"{t.failures}{'/' + str(t.runs) if t.runs else ''} | `{name}` |\n"
         for name, t in scripts.items())
     first = next(iter(scripts), "repro_<test>.py")

@@ -82,4 +82,4 @@ def rate_ruled_out(runs: int, confidence: float = 0.95) -> float:
         raise ValueError(f"confidence must be in (0, 1), not {confidence}")
     if runs == 0:
         return 1.0
-    return 1.0 - (1.0 - confidence) ** (1.0 / runs)
+    return 1.0 - math.pow(1.0 - confidence, 1.0 / runs)

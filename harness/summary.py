@@ -113,6 +113,7 @@ def attribute_xids(xids: Iterable[Mapping[str, Any] | XidLine], spans: Iterable[
     spans = [s for s in spans if s.outcome != LOST]
     by_pid: dict[Any, list[TestSpan]] = defaultdict(list)
     children: dict[int, list[tuple[ChildProcess, TestSpan]]] = defaultdict(list)
+    span: TestSpan | None
     for span in spans:
         by_pid[span.pid].append(span)
         for child in span.children:
@@ -493,7 +494,7 @@ def _workers(span_list: list[TestSpan], controller: list[Any],
             slot_of[w] = w
         slots = len(set(slot_of.values()))
         restarts = sum(1 for w, slot in slot_of.items() if w != slot)
-    elif start is not None and start.xdist is False or ran == {"main"}:
+    elif (start is not None and start.xdist is False) or ran == {"main"}:
         slot_of, slots, restarts = {w: w for w in ran}, 1, 0
     else:
         slot_of, slots, restarts = {}, None, None  # recorded before slots were

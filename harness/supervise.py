@@ -110,10 +110,8 @@ def process_tree(pid: int) -> list[dict[str, object]]:
     lines with secrets redacted (``--token X``, URL passwords, known token shapes)."""
     from faulthunt.redact import redact_argv
 
-    try:
-        import psutil
-    except ImportError:
-        return []
+    import psutil
+
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]

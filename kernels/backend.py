@@ -27,7 +27,7 @@ def gpu_visible() -> bool:
     try:
         with nvml.session() as n:
             return int(n.nvmlDeviceGetCount()) > 0
-    except Exception:  # NvmlUnavailable or a failed count: fall back to the device node
+    except Exception:  # noqa: BLE001 - NvmlUnavailable or any NVMLError on the count: fall back to the device node
         return Path("/dev/nvidia0").exists()
 
 

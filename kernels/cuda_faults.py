@@ -36,14 +36,14 @@ except ImportError:  # pragma: no cover - depends on the installed cuda.core
         from cuda.core.experimental import (Device, LaunchConfig, Program, ProgramOptions,
                                             StreamOptions, launch)
     except ImportError:
-        Device = None  # type: ignore[assignment,misc]
+        Device = None  # type: ignore[assignment, misc, unused-ignore]  # typed only with the gpu extra
 try:
     from cuda.bindings import driver as cu
 except ImportError:  # pragma: no cover
     try:
-        from cuda import cuda as cu  # type: ignore[no-redef]  # cuda-python 12.x layout
+        from cuda import cuda as cu  # type: ignore[no-redef, unused-ignore]  # cuda-python 12.x layout
     except ImportError:
-        cu = None  # type: ignore[assignment]
+        cu = None  # type: ignore[assignment, unused-ignore]  # typed only with the gpu extra
 
 
 def available() -> str | None:
@@ -92,7 +92,7 @@ def sync() -> None:
     _ck(cu.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def device() -> Any:
     if available() is not None:
         raise Unavailable(available())
@@ -127,7 +127,7 @@ def cubin_sm(data: bytes) -> int | None:
     return (flags >> 8) & 0xFF
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module() -> Any:
     return compile_module(device().arch)
 
@@ -154,7 +154,8 @@ def _oob_write(variant: str) -> Check:
     sync()
     got = from_device(d_out, N, np.float32)
     want = np.maximum(inp, np.concatenate(([inp[0]], inp[:-1])))
-    free(d_in), free(d_out)
+    free(d_in)
+    free(d_out)
     ok = bool(np.array_equal(got, want))
     return Check(ok, "result correct; nothing saw the write one past the end" if ok and variant == BUG
                  else ("result correct" if ok else "wrong pairwise maxima"))
@@ -180,7 +181,8 @@ def _oob_read(variant: str) -> Check:
     run_kernel("read_past_end" if variant == BUG else "read_shifted", 4, 256, d_in, d_out, np.int32(N))
     sync()
     got = from_device(d_out, N, np.int32)
-    free(d_in), free(d_out)
+    free(d_in)
+    free(d_out)
     # the test checks the in-bounds part only, as a user's test of a shifted window would
     ok = bool(np.array_equal(got[: N - 8], inp[8:]))
     return Check(ok, "in-bounds part correct" if ok else "shifted window wrong")
@@ -229,7 +231,8 @@ def _uninit_read(variant: str) -> Check:
     run_kernel("add_one", 4, 256, d_in, d_out, np.int32(N))
     sync()
     got = from_device(d_out, N, np.int32)
-    free(d_in), free(d_out)
+    free(d_in)
+    free(d_out)
     ok = bool(np.all(got == 1))
     return Check(ok, "out == in + 1 with in == 0" if ok else "out != 1: the input was never set")
 
@@ -299,7 +302,8 @@ def _stale_cache(variant: str) -> Check:
     sync()
     got = [from_device(d_out, N, np.float32) for _, d_out in bufs]
     for d_in, d_out in bufs:
-        free(d_in), free(d_out)
+        free(d_in)
+        free(d_out)
     ok = all(np.all(g == 2 * h) for g, h in zip(got, inputs))
     return Check(ok, "both outputs correct" if ok else
                  f"second output is {got[1][0]:g} (never written), first is {got[0][0]:g}: the "

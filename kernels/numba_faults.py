@@ -29,7 +29,7 @@ def simulated() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda() -> Any:
     try:
         from numba import cuda
@@ -50,7 +50,7 @@ def available() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernels() -> dict[str, Any]:
     _cuda()  # raises Unavailable with the reason first
     # A module of its own: the simulator swaps the kernels' *global* ``cuda`` for its fake one,

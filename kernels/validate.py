@@ -398,8 +398,12 @@ def _xids(run: RunDir, test: str, name: str, flavour: str) -> tuple[int, ...]:
 
 
 def _san_finding(f: dict[str, Any]) -> SanFinding:
-    ex = f.get("example") if isinstance(f.get("example"), dict) else {}
-    lines = ex.get("lines") if isinstance(ex.get("lines"), list) else []
+    ex = f.get("example")
+    if not isinstance(ex, dict):
+        ex = {}
+    lines = ex.get("lines")
+    if not isinstance(lines, list):
+        lines = []
     text = "\n".join(str(x) for x in (f.get("error"), ex.get("message"), *lines) if x)
     line = f.get("line")
     return SanFinding(nodeid=str(f.get("nodeid") or ""), tool=str(f.get("tool") or ""),

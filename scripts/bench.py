@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchrows import Row, format_table  # noqa: E402
+from benchrows import Row, format_table
 
 #: Order of the table; modules not listed here come after, by name.
 ORDER = ["cli", "kernlog", "stress", "plugin", "rundir", "sanitizer", "sanitize_rerun", "mapper", "ledger", "guard"]

@@ -8,7 +8,7 @@
 #                                      #   sanitizer tool, outputs printed (~2-3 min)
 #
 # Runs from the repository root on the GPU machine (root, no network). Installs the wheels in
-# .whl/ (see ../shared/device/fetch-wheels.sh: pytest-repeat, py-spy, numpy 2.4 for numba-cuda)
+# .whl/ (scripts/gpu/fetch_wheels.sh: pytest-repeat, py-spy, numpy 2.4 for numba-cuda, msgspec)
 # and the project itself. Everything it writes goes under $OUT/validate/:
 #   validate.log   what ran, in order          table.md / table.json   the result table
 #   smoke.txt      (--smoke) every output      validate.tgz            all run directories and logs

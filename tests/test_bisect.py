@@ -60,7 +60,9 @@ sys.exit(1 if fails else 0)
 def test_git_bisect_run_scratch_repo(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
-    g = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True).stdout
+    def g(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True).stdout
+
     g("init", "-q")
     g("config", "user.email", "t@example.com")
     g("config", "user.name", "t")
@@ -100,7 +102,9 @@ def test_s(request):
 def _scratch_repo(tmp_path: Path, n: int, first_bad: int) -> tuple[Path, list[str], object]:
     repo = tmp_path / "repo"
     repo.mkdir()
-    g = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True).stdout
+    def g(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True).stdout
+
     g("init", "-q", "-b", "main")
     g("config", "user.email", "t@example.com")
     g("config", "user.name", "t")

@@ -96,7 +96,7 @@ def _replaying_cuobjdump(tmp_path: Path) -> Path:
     """A cuobjdump that replays real listings: cuFFT's (H200) for libstub*, cuRAND's otherwise."""
     fake = tmp_path / "cuobjdump"
     fake.write_text("#!/bin/sh\n"
-                    'case "$2" in *libstub*) E=' f"{H200}/cuobjdump_elf_libcufft.so.12.txt P={H200}/cuobjdump_ptx_libcufft.so.12.txt;; "
+                    f'case "$2" in *libstub*) E={H200}/cuobjdump_elf_libcufft.so.12.txt P={H200}/cuobjdump_ptx_libcufft.so.12.txt;; '
                     f"*) E={LOCAL}/libcurand_elf.txt P={LOCAL}/libcurand_ptx.txt;; esac\n"
                     'case "$1" in --list-elf) cat $E;; --list-ptx) cat $P;; esac\n')
     fake.chmod(0o755)

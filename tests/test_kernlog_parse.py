@@ -25,7 +25,7 @@ DATA = Path(__file__).parent / "data"
 H200 = DATA / "h200"
 KERNLOG = DATA / "kernlog"
 
-# From /work/shared/device/README.md: the first real Xid 31 seen on the H200 (driver 580.159.04).
+# The first real Xid 31 seen on the H200 (driver 580.159.04), as the GPU machine's notes recorded it.
 H200_LINE = (
     "NVRM: Xid (PCI:0000:00:06): 31, pid=617, name=faults, channel 0x0000000a, intr 00000000. MMU Fault: "
     "ENGINE GRAPHICS GPC1 GPCCLIENT_T1_6 faulted @ 0x7f7d_dbe00000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"

@@ -400,9 +400,9 @@ def test_kmsg_records_are_parsed_from_their_own_line(monkeypatch: pytest.MonkeyP
                             b" SUBSYSTEM=pci\n DEVICE=+pci:0000:00:06.0\n"),
         S.parse_kmsg_record(b"6,101,33034471,c;usb 1-1: new device"),
         S.parse_kmsg_record(b"3,102,33034472,-;NVRM: Xid (PCI:0000:0"),  # cut: counted, not dropped
-        S.parse_kmsg_record("4,103,33034473,-;NVRM: Xid (PCI:0000:00:06 GPU-I:05 GPU-CI:01): 31, pid=6, name=b, Ch 00000010, "
-                            "intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_1 faulted @ 0x7f00_00200000. "
-                            "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE".encode()),
+        S.parse_kmsg_record(b"4,103,33034473,-;NVRM: Xid (PCI:0000:00:06 GPU-I:05 GPU-CI:01): 31, pid=6, name=b, Ch 00000010, "
+                            b"intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_1 faulted @ 0x7f00_00200000. "
+                            b"Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"),
     ]
     src = S.KmsgSource(path=os.devnull)
     monkeypatch.setattr(src, "_drain", lambda fd: (list(records), 0))

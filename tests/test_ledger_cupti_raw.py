@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest

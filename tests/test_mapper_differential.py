@@ -137,7 +137,7 @@ def queries() -> Any:
 def _answer(impl_map: Any, ledger: Any, a: int, pid: int | None, at: float | None, page: bool) -> Any:
     try:
         return impl_map(ledger, a, pid=pid, at=at, page=page).to_json()
-    except Exception as exc:  # the error (type and words) is part of the answer
+    except Exception as exc:  # noqa: BLE001 - the error (type and words) is part of the answer
         return (type(exc).__name__, str(exc))
 
 

@@ -170,7 +170,7 @@ def test_descent_budget_does_not_change_answers():
             index_mod.DESCENT_BUDGET = budget
             L = build_ledger(recs)
             answers.append([map_address(L, BASE + k * 777_777, pid=1, at=at).to_json()
-                            for k in range(0, 180) for at in (None, 15.0, 333.3)])
+                            for k in range(180) for at in (None, 15.0, 333.3)])
         assert answers[0] == answers[1] == answers[2]
     finally:
         index_mod.DESCENT_BUDGET = saved

@@ -87,7 +87,6 @@ def test_redaction_is_idempotent_and_total(text: str) -> None:
 # --- shapes added with issue 18, linear time, JSON safety ---------------------------------------
 
 import json  # noqa: E402
-import time  # noqa: E402
 
 from faulthunt.redact import redact_json  # noqa: E402
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from faulthunt.report import build_model, render, write_reports
+from faulthunt.report import build_model, render
 
 DATA = Path(__file__).parent / "data" / "report"
 SAMPLE = DATA / "sample_run"

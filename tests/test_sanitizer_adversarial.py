@@ -27,7 +27,7 @@ from faulthunt.sanitizer.parse_xml import parse_xml_stream
 from faulthunt.sanitizer.reduce import EXACT_POINTS, Reducer, _Points
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
-from benchrows.sanitizer import make_adversarial_log, make_log  # noqa: E402
+from benchrows.sanitizer import make_adversarial_log, make_log
 
 N = 200_000
 #: seconds: linear code takes well under a second for any of these; quadratic code, hours

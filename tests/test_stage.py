@@ -16,7 +16,7 @@ from faulthunt.cli import main
 from faulthunt.errors import UsageError
 from faulthunt.rundir import write_json_atomic
 from faulthunt.records.documents import Summary
-from faulthunt.stage import KIT_MARKER, failing_tests, plan_kit, render_kit, script_name, stage
+from faulthunt.stage import KIT_MARKER, failing_tests, plan_kit, script_name, stage
 
 # Each id would run `touch pwned` (in whatever directory) if a script ever let a shell or Python
 # evaluate it. The scripts cd into the project dir, so that is where `pwned` would appear.
@@ -135,7 +135,7 @@ def test_hostile_ids_round_trip_through_repro_scripts(hostile) -> None:  # type:
         proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                               timeout=120, cwd=tmp)
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert f"repro pid " in proc.stdout and "py-spy dump --native --locals --pid" in proc.stdout
+        assert "repro pid " in proc.stdout and "py-spy dump --native --locals --pid" in proc.stdout
     no_sentinel(tmp)
     assert sorted(read_ran(project)) == sorted(nodeids)
 

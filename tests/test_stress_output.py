@@ -288,7 +288,7 @@ def test_gpu_indexes_checked_against_nvml():
 def test_targets_checked(tmp_path):
     (tmp_path / "t.py").write_text("")
     check_targets(["t.py", "-p", "no:x", "-m", "not slow", "--deselect", "gone.py::t[1]"], tmp_path)
-    with pytest.raises(UsageError, match="'nope.py' does not exist"):
+    with pytest.raises(UsageError, match=r"'nope\.py' does not exist"):
         check_targets(["nope.py"], tmp_path)
     with pytest.raises(UsageError, match="cannot be mixed"):
         check_targets(["t.py::test_a[1]", "t.py"], tmp_path)

@@ -264,15 +264,6 @@ def test_multigpu_uuid_lines(data_dir):
     assert sorted(uuids) == ["0000:00:06", "0000:00:07"]
 
 
-def _have_kernlog_parser() -> bool:
-    try:
-        from faulthunt.kernlog.parse import parse_text  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _have_kernlog_parser(), reason="faulthunt.kernlog (engineer K) not in this build")
 def test_multigpu_log_attributed_per_device(data_dir):
     from faulthunt.kernlog.parse import parse_text
 

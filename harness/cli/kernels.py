@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import IO
 
 HELP = "list the planted-fault kernels (bug, twin, expected evidence) or run one"
 
@@ -29,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("suite", help="print the directory of the bundled pytest suite")
 
 
-def _render_list(out: object = None) -> None:
+def _render_list(out: IO[str] | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

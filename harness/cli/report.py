@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
             print(out / name)
         return 0
     text = render(build_model(run_dir), args.format)
-    if out is None and args.format == "md" or str(out) == "-":
+    if (out is None and args.format == "md") or str(out) == "-":
         sys.stdout.write(text)
         return 0
     name = FORMATS[args.format]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import json
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence

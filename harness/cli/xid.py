@@ -264,7 +264,7 @@ class _Sink:
                     self.unparsed += 1
                     self.first_unparsed = self.first_unparsed or line.rstrip("\r")
             events = [ev for ev in events if ev is not None]
-        self.add_events(events)
+        self.add_events(cast("list[XidEvent]", events))  # no None left
 
     def add_events(self, events: list[XidEvent]) -> None:
         if self.stream_json:

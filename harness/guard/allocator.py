@@ -120,7 +120,7 @@ class GuardAllocator:
         self.config = config
         # a class or a function: made at the first sampled allocation (cuda-python loads then)
         factory = inspect.isclass(driver) or inspect.isfunction(driver) or inspect.ismethod(driver)
-        self._driver_factory = driver if factory else None
+        self._driver_factory: Callable[[], VmmDriver] | None = driver if factory else None  # type: ignore[assignment]
         self.driver: VmmDriver | None = None if factory else driver  # type: ignore[assignment]
         self.sink = sink
         self.sampler = Sampler(config.rate, seed)
@@ -156,18 +156,18 @@ class GuardAllocator:
             if device is None:
                 try:
                     device = drv.current_device()
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - any driver or binding error: the allocation goes unguarded, said once
                     return self._fail("context", f"cannot read the current device: {exc}")
                 if device is None:
                     return self._fail("context", "no CUDA context is current on this thread")
             else:
                 try:
                     drv.ensure_context(device)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - any driver or binding error: the allocation goes unguarded, said once
                     return self._fail("context", f"no context for device {device}: {exc}")
             try:
                 layout = plan_slot(size, drv.granularity(device), self.config.align, self.config.side)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any driver or binding error: the allocation goes unguarded, said once
                 return self._fail("granularity", str(exc))
             if self.live_bytes + layout.mapped_size > self.config.max_bytes:
                 self.counts.skipped_cap += 1
@@ -197,18 +197,18 @@ class GuardAllocator:
             drv.map(lo, layout.mapped_size, handle)
             mapped = True
             drv.set_access(lo, layout.mapped_size, device)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure while mapping: undone below, the allocation unguarded
             undo: list[Callable[[], None]] = []
             if mapped:
                 undo.append(lambda: drv.unmap(lo, layout.mapped_size))
             if handle is not None:
                 undo.append(lambda: drv.release(handle))
             if base is not None:
-                undo.append(lambda: drv.free_va(base, layout.reserve))  # type: ignore[arg-type]
+                undo.append(lambda: drv.free_va(base, layout.reserve))
             for step in undo:
                 try:
                     step()
-                except Exception:
+                except Exception:  # noqa: BLE001 - undoing a half-made slot is best effort
                     pass
             return self._fail("map", str(exc))
         self._numbers += 1
@@ -225,18 +225,18 @@ class GuardAllocator:
             assert drv is not None
             try:
                 drv.synchronize()  # work still running on the buffer must not fault on the unmap
-            except Exception:
-                pass  # a poisoned context: the unmap below reports what it can
+            except Exception:  # noqa: BLE001 - a poisoned context: the unmap below reports what it can
+                pass
             unmapped = True
             try:
                 drv.unmap(*self._range(slot))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any driver error: the slot's VA stays reserved, said
                 unmapped = False
                 self._say("unmap", f"guard: unmapping a freed slot failed ({exc}); its VA stays "
                                    "mapped and reserved, so a use after free there is not caught")
             try:
                 drv.release(slot.handle)
-            except Exception:
+            except Exception:  # noqa: BLE001 - releasing a freed slot's memory is best effort
                 pass
             self.live_bytes -= slot.layout.mapped_size
             self.counts.freed += 1
@@ -254,7 +254,7 @@ class GuardAllocator:
         assert self.driver is not None
         try:
             self.driver.free_va(slot.base, slot.layout.reserve)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any driver error: said, the VA stays reserved
             self._say("free_va", f"guard: giving back a quarantined slot's VA failed ({exc})")
             return
         self.counts.released += 1
@@ -296,12 +296,12 @@ class GuardAllocator:
         if self.driver is None and self.broken is None and self._driver_factory is not None:
             try:
                 self.driver = self._driver_factory()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - loading the bindings fails in many ways (ImportError, OSError, CUDA errors): guard off, said
                 self.broken = f"the CUDA driver bindings could not be loaded: {exc}"
                 self._say("driver", f"guard: off in this process: {self.broken}")
         return self.driver
 
-    def _fail(self, key: str, why: str) -> None:
+    def _fail(self, key: str, why: str) -> Slot | None:  # always None: `return self._fail(...)`
         self.counts.failed += 1
         self._say(key, f"guard: a sampled allocation went unguarded: {why}")
         return None
@@ -326,5 +326,5 @@ class GuardAllocator:
                 fields["stack"] = stack_json(frame)
         try:
             sink.record(event, records.SOURCE, **fields)
-        except Exception:
-            pass  # a record that cannot be written must not fail the allocation
+        except Exception:  # noqa: BLE001 - a record that cannot be written must not fail the allocation
+            pass

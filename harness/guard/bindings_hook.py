@@ -46,7 +46,7 @@ def make_wrappers(guard: GuardAllocator, cu: Any, alloc: Any, free: Any) -> tupl
 
     for w, orig in ((cuMemAlloc, alloc), (cuMemFree, free)):
         w.__doc__ = getattr(orig, "__doc__", None)
-        w._faulthunt_guard = orig  # type: ignore[attr-defined]
+        w._faulthunt_guard = orig  # type: ignore[union-attr]
     return cuMemAlloc, cuMemFree
 
 
@@ -66,7 +66,8 @@ class BindingsGuard:
 def start(guard: GuardAllocator, cu: Any = None) -> BindingsGuard | None:
     """Wrap ``cuMemAlloc``/``cuMemFree`` of the driver module (right after it is imported)."""
     if cu is None:
-        from cuda.bindings import driver as cu
+        from cuda.bindings import driver
+        cu = driver
     alloc, free = getattr(cu, ALLOC), getattr(cu, FREE)
     if getattr(alloc, "_faulthunt_guard", None) is not None:
         return None

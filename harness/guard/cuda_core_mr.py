@@ -26,7 +26,7 @@ NAME = "cuda_core"
 def make_resource_class(base: type, buffer_cls: Any) -> type:
     """A ``base`` (cuda.core ``MemoryResource``) subclass; ``buffer_cls``: cuda.core ``Buffer``."""
 
-    class GuardMemoryResource(base):  # type: ignore[misc, valid-type]
+    class GuardMemoryResource(base):
         def __init__(self, inner: Any, guard: GuardAllocator) -> None:
             super().__init__()
             self.inner = inner
@@ -73,7 +73,7 @@ def resource_class() -> type:
         try:
             from cuda.core import Buffer, MemoryResource
         except ImportError:  # cuda.core before 0.3
-            from cuda.core.experimental import Buffer, MemoryResource  # type: ignore[no-redef]
+            from cuda.core.experimental import Buffer, MemoryResource  # type: ignore[no-redef, unused-ignore]
         _cls = make_resource_class(MemoryResource, Buffer)
     return _cls
 
@@ -111,12 +111,12 @@ class CudaCoreGuard:
             try:
                 from cuda.core import Device
             except ImportError:
-                from cuda.core.experimental import Device  # type: ignore[no-redef]
+                from cuda.core.experimental import Device  # type: ignore[no-redef, unused-ignore]
             _err, count = cu.cuDeviceGetCount()
             for i in range(int(count)):
                 if guard_device(Device(i), self.guard):
                     self.devices.add(i)
-        except Exception as exc:  # never break a test over this
+        except Exception as exc:  # noqa: BLE001 - never break a test over this
             self.guard._say("cuda_core", f"guard: cuda.core devices not guarded: {exc!r}")
 
     def stop(self) -> None:

@@ -32,8 +32,8 @@ class _Owner:
     def __del__(self) -> None:
         try:
             self.guard.free(self.address)
-        except Exception:
-            pass  # at interpreter exit the driver may be gone already
+        except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone already
+            pass
 
 
 def make_allocator(guard: GuardAllocator, fallback: Callable[[int], Any], *,
@@ -68,7 +68,7 @@ class CupyGuard:
     def stop(self) -> None:
         try:
             self.cupy.cuda.set_allocator(self.previous)
-        except Exception:
+        except Exception:  # noqa: BLE001 - restoring CuPy's allocator at stop is best effort (CuPy may be torn down)
             pass
 
 

@@ -63,7 +63,7 @@ def import_driver() -> Any:
         return driver
     except ImportError:
         try:
-            from cuda import cuda as driver  # type: ignore[no-redef]  # cuda-python 11.x layout
+            from cuda import cuda as driver  # type: ignore[no-redef, unused-ignore]  # cuda-python 11.x layout
             return driver
         except ImportError:
             raise ImportError("guard mode needs cuda-python's driver bindings: "

@@ -100,7 +100,7 @@ class FakeVmmDriver:
         self._enter("reserve")
         if size <= 0 or size % self.g or align % self.g:
             raise FakeDriverMisuse(f"reserve({size}, {align}): not granule multiples")
-        for i, (start, n) in enumerate(sorted(self._free_va)):
+        for start, n in sorted(self._free_va):
             if n >= size:  # first fit: freed VA comes back, as the real driver's does
                 self._free_va.remove((start, n))
                 if n > size:

@@ -51,7 +51,7 @@ class GuardHandle:
     def note(self, message: str, **fields: Any) -> None:
         try:
             self.writer.record("note", records.SOURCE, message=message, **fields)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a note that cannot be written must not stop guard mode
             pass
 
     def arm(self, name: str) -> None:
@@ -59,7 +59,7 @@ class GuardHandle:
             mod = importlib.import_module(f"faulthunt.guard.{MODULE[name]}")
             try:
                 src = mod.start(self.allocator)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - one framework's hook failing is said; the others still guard
                 msg = f"guard: {name} not guarded: {exc}"
                 print(f"faulthunt {msg}", file=sys.stderr)
                 self.note(msg)
@@ -173,7 +173,7 @@ def uninstall() -> None:
         for src in list(_active.sources.values()):
             try:
                 src.stop()
-            except Exception:
+            except Exception:  # noqa: BLE001 - stopping a hook is best effort; the rest still stop
                 pass
         _active.stop()
         _active = None
@@ -197,6 +197,6 @@ def install_from_env(config: Any, run_dir: Path, warn: Any = None) -> GuardHandl
         if config is not None:
             config.pluginmanager.register(GuardPytestHooks(handle), "faulthunt-guard")
         return handle
-    except Exception as exc:  # a broken guard must not take the test run down
+    except Exception as exc:  # noqa: BLE001 - a broken guard must not take the test run down
         say(f"guard mode not installed ({type(exc).__name__}: {exc}); continuing without it")
         return None

@@ -32,7 +32,7 @@ def make_manager_class(base: type, guard: GuardAllocator, pointers: Any = None) 
     (``numba.cuda.cudadrv.driver``, imported when first needed).
     """
 
-    class GuardMemoryManager(base):  # type: ignore[misc, valid-type]
+    class GuardMemoryManager(base):
         def memalloc(self, size: int) -> Any:
             if guard.sample(size):
                 slot = guard.allocate(size, NAME)
@@ -47,7 +47,8 @@ def make_manager_class(base: type, guard: GuardAllocator, pointers: Any = None) 
 
 def _pointer(mgr: Any, address: int, size: int, guard: GuardAllocator, pointers: Any) -> Any:
     if pointers is None:
-        from numba.cuda.cudadrv import driver as pointers
+        from numba.cuda.cudadrv import driver
+        pointers = driver
     ctx = mgr.context
     if not isinstance(ctx, weakref.ProxyTypes):
         ctx = weakref.proxy(ctx)

@@ -92,7 +92,7 @@ def make_callbacks(guard: GuardAllocator, fallback_alloc: Callable[[int, int, in
                 if slot is not None:
                     return slot.address
             return fallback_alloc(size, device, stream or 0)
-        except Exception:
+        except Exception:  # noqa: BLE001 - never raise into torch's C++ allocator: NULL is its out-of-memory
             return 0  # NULL: torch reports an out-of-memory error
 
     def free(ptr: int | None, size: int, device: int, stream: int | None) -> None:
@@ -101,7 +101,7 @@ def make_callbacks(guard: GuardAllocator, fallback_alloc: Callable[[int, int, in
         try:
             if not guard.free(ptr):
                 fallback_free(ptr, size, device, stream or 0)
-        except Exception:
+        except Exception:  # noqa: BLE001 - never raise into torch's C++ allocator
             pass
 
     return ALLOC_T(alloc), FREE_T(free)

@@ -84,7 +84,7 @@ class GuardIndex:
         A malformed guard record is skipped (counted in :attr:`skipped`), never fatal.
         """
         recs = [r for r in records if isinstance(r, Mapping) and r.get("source") == "guard"]
-        recs.sort(key=lambda r: r.get("t") if isinstance(r.get("t"), (int, float)) else 0.0)
+        recs.sort(key=lambda r: t if isinstance(t := r.get("t"), (int, float)) else 0.0)
         live: dict[int, dict[str, Any]] = {}
         done: list[dict[str, Any]] = []
         skipped = 0
@@ -107,7 +107,7 @@ class GuardIndex:
                 life["t_release"] = float(rec["t"])
                 done.append(live.pop(rec["address"]))
             elif "t_free" not in life:
-                g = rec.get("guard") if isinstance(rec.get("guard"), Mapping) else {}
+                g = got if isinstance(got := rec.get("guard"), Mapping) else {}
                 life.update(t_free=float(rec["t"]), free_nodeid=rec.get("nodeid"),
                             free_stack=format_stack(rec.get("stack")), unmapped=g.get("unmapped"))
         index = cls(dataclasses.replace(life.pop("slot"), **life) for life in [*done, *live.values()])
@@ -126,9 +126,8 @@ class GuardIndex:
             s = self.slots[i]
             if s.reserve[0] + self._widest <= address:
                 break
-            if s.reserve[0] <= address < s.reserve[1] and s.t <= at:
-                if best is None or s.t > best.t:
-                    best = s
+            if s.reserve[0] <= address < s.reserve[1] and s.t <= at and (best is None or s.t > best.t):
+                best = s
         if best is None or (best.t_release is not None and at >= best.t_release):
             return None
         return best
@@ -194,7 +193,7 @@ def _classify(slot: GuardSlot, lo: int, hi: int, page: bool, *, freed: bool) -> 
     """``[lo, hi)`` lies inside ``slot``'s reservation; say what it is."""
     a, e, last = slot.address, slot.end, hi - 1
     offset = _span(lo - a, last - a)
-    base = dict(address=lo, page=page, slot=slot)
+    base: dict[str, Any] = dict(address=lo, page=page, slot=slot)
     if slot.guard[0] <= lo < slot.guard[1]:
         after = slot.side == "right"
         beyond = _span(lo - e, last - e) if after else _span(a - last, a - lo)

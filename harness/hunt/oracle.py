@@ -6,21 +6,14 @@ Real runs go through ``faulthunt.stress.run_stress`` (a stress run of the given 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from faulthunt.errors import FaulthuntError, UsageError
+from faulthunt.errors import UsageError
 from faulthunt.nodeids import check_node_id, pytest_selection
 
 #: ``oracle(n)`` runs the tests ``n`` times and returns (failing runs, runs done)
 Oracle = Callable[[int], tuple[int, int]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Observation:
-    failures: int
-    runs: int
 
 
 def oracle_selection(tests: Sequence[str]) -> list[str]:
@@ -47,10 +40,7 @@ def stress_oracle(pytest_args: Sequence[str], *, cwd: Path | None = None, worker
 
     ``pytest_args`` selects the tests; from a user or a run, build it with :func:`oracle_selection`.
     """
-    try:
-        from faulthunt.stress import StressOptions, run_stress
-    except ImportError as exc:  # pragma: no cover - stress is part of every build now
-        raise FaulthuntError("faulthunt.stress is not available", fix="reinstall faulthunt") from exc
+    from faulthunt.stress import StressOptions, run_stress
 
     def run(n: int) -> tuple[int, int]:
         res = run_stress(StressOptions(pytest_args=tuple(pytest_args), workers=workers, count=n, cwd=cwd,

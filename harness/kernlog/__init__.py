@@ -31,7 +31,7 @@ _WHERE = {
     "ReadResult": "sources", "open_source": "sources",
 }
 
-__all__ = ["SPECS", *_WHERE]
+__all__ = ["SPECS", *_WHERE]  # noqa: PLE0604 - _WHERE's keys: the lazily imported names
 
 
 def __getattr__(name: str) -> Any:

@@ -213,7 +213,7 @@ def load_catalog() -> dict[int, CatalogEntry]:
     except OSError:
         from importlib import resources
 
-        text = resources.files("faulthunt").joinpath("data", "xid_catalog.csv").read_text(encoding="utf-8")
+        text = (resources.files("faulthunt") / "data" / "xid_catalog.csv").read_text(encoding="utf-8")
     return parse_catalog(text)
 
 

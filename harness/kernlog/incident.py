@@ -474,7 +474,8 @@ class IncidentGrouper:
 
     def _touched(self, gpu: _Gpu, inc: _Open) -> None:
         timed = self._timed
-        clock = inc.last_ts if timed else inc.last_index
+        # timed: every event of the log has a timestamp (the first one decides), so last_ts is set
+        clock: float = inc.last_ts if timed else inc.last_index  # type: ignore[assignment]
         gpu.expiry.append((clock, inc))
         if timed:
             recent = gpu.recent

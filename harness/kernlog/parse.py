@@ -1,7 +1,7 @@
 """Pure parsers for NVIDIA Xid reports in kernel-log text, in every driver era and line container.
 
 A report is one kernel-log line carrying ``NVRM: Xid (<dev>): <n>, [pid=<p>, [name=<comm>, ]]<message>``
-(grammar by driver era: /work/shared/reference/formats.md section 2, summarised in docs/kernlog.md).
+(grammar by driver era: docs/kernlog.md "Parsing").
 Whatever comes before ``NVRM:`` is the *container* a tool wrapped the line in, and is stripped and
 read for its timestamp / sequence number / wall time:
 
@@ -26,7 +26,7 @@ import functools
 import re
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -318,7 +318,7 @@ def _parse_dev(dev: str) -> tuple[str | None, int | None, int | None]:
 #: The container-independent part of an Xid line, cached (real logs repeat bodies verbatim):
 #: (xid, pci, gpu_instance, compute_instance, pid, process, message, category, mmu, caused_by, channel, gr),
 #: what :func:`_event` takes. A plain tuple: it is built once per Xid line.
-_Body = tuple  # type: ignore[type-arg]
+_Body = tuple[Any, ...]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -489,9 +489,11 @@ def parse_line(line: str) -> XidEvent | None:
         return _parse_general(line, cached=True)
     # The fast pre-filter read the whole line in one match; these are the fields the general
     # grammar would read from it (tests/test_kernlog_fastpath.py holds the two equal).
+    groups: tuple[Any, ...] = m.groups()  # each a str or None, converted below
     (pri, seq, us, wall, iso, mon, day, hms, con, dlvl, ts, pci, gi, ci, xid_s, pid, name, mmu_text,
-     ch, engine, gpc, client, addr, hi, lo, ft, at, other) = m.groups()
+     ch, engine, gpc, client, addr, hi, lo, ft, at, other) = groups
     level = None
+    mmu: MmuFault | None
     if ts is not None:
         ts = float(ts)
     if pri is not None:
@@ -561,7 +563,7 @@ MAX_SIDE = 16384
 _RARE_AT = MARKER.index("X")
 
 
-def find_lines(buf, pos: int, end: int, final: bool, marker, nl) -> tuple[list, int, bool]:  # type: ignore[no-untyped-def]
+def find_lines(buf: Any, pos: int, end: int, final: bool, marker: Any, nl: Any) -> tuple[list[Any], int, bool]:
     """The candidate lines of ``buf[pos:end]`` (each line holding ``marker``, cut to MAX_SIDE each side).
 
     Works on ``str`` and on ``bytes``/``bytearray``/``mmap`` alike (``marker``/``nl`` of the same
@@ -570,7 +572,7 @@ def find_lines(buf, pos: int, end: int, final: bool, marker, nl) -> tuple[list, 
     Returns the lines, the offset from which the caller must keep the text for the next call, and
     whether that next call starts inside an over-long line (skip to its newline first).
     """
-    out: list = []  # type: ignore[type-arg]
+    out: list[Any] = []
     append = out.append
     find, rfind = buf.find, buf.rfind
     mlen = len(marker)

@@ -283,7 +283,6 @@ class KmsgSource:
         self._fd: int | None = None
         self._fd_next: int | None = None  # the seq the open descriptor will return next
         self._lock = threading.Lock()
-        self._pending_epipe = 0
 
     def check(self) -> None:
         """Raise :class:`KernelLogUnreadable` unless the log can be opened for reading."""
@@ -385,7 +384,7 @@ class KmsgSource:
     def __del__(self) -> None:  # a source dropped without close() must not leak its descriptor
         try:
             self.close()
-        except Exception:  # at interpreter exit os may already be torn down: nothing left to close with
+        except Exception:  # noqa: BLE001 - at interpreter exit os may already be torn down: nothing left to close with
             pass
 
 
@@ -399,7 +398,7 @@ def _run_tool(argv: list[str], what: str, timeout: float = 30.0) -> str:
     if exe is None:
         raise KernelLogUnreadable(f"`{argv[0]}` is not installed", fix=f"install it, or choose another --xid-source ({what})")
     try:
-        proc = subprocess.run([exe, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+        proc = subprocess.run([exe, *argv[1:]], capture_output=True, timeout=timeout,
                               env={**os.environ, "LC_ALL": "C", "SYSTEMD_PAGER": "", "PAGER": "cat"})
     except subprocess.TimeoutExpired:
         raise KernelLogUnreadable(f"`{' '.join(argv)}` did not finish in {timeout:.0f} s",
@@ -629,7 +628,7 @@ class NvmlSource:
                 h = nvml.nvmlDeviceGetHandleByIndex(i)
                 try:
                     sup = nvml.nvmlDeviceGetSupportedEventTypes(h)
-                except Exception:  # NVMLError_NotSupported on old drivers: try to register anyway
+                except Exception:  # noqa: BLE001 - NVMLError_NotSupported on old drivers (a pynvml class): try to register anyway
                     sup = nvml.nvmlEventTypeXidCriticalError
                 if not sup & nvml.nvmlEventTypeXidCriticalError:
                     self.errors.append(f"GPU {i} does not report Xid events through NVML")
@@ -642,7 +641,7 @@ class NvmlSource:
         except KernelLogUnreadable:
             self._shutdown()
             raise
-        except Exception as exc:  # any NVMLError while registering: this source cannot work here
+        except Exception as exc:  # noqa: BLE001 - any NVMLError while registering: this source cannot work here
             self._shutdown()
             raise KernelLogUnreadable(f"NVML event registration failed: {exc}",
                                       fix="use a kernel-log source (--xid-source kmsg/dmesg) as root") from None
@@ -652,14 +651,14 @@ class NvmlSource:
     def _device_index(self, handle: Any) -> int | None:
         try:
             return int(self._n.nvmlDeviceGetIndex(handle))
-        except Exception:  # an NVMLError for a GPU that fell off the bus: the event still counts
+        except Exception:  # noqa: BLE001 - an NVMLError for a GPU that fell off the bus: the event still counts
             return None
 
     def _pci_of(self, handle: Any) -> str | None:
         try:
             info = self._n.nvmlDeviceGetPciInfo(handle)
             bus = info.busId.decode() if isinstance(info.busId, bytes) else str(info.busId)
-        except Exception:  # as above: an event whose GPU cannot be asked keeps no PCI address
+        except Exception:  # noqa: BLE001 - as above: an event whose GPU cannot be asked keeps no PCI address
             return None
         return normalize_pci(bus)
 
@@ -668,7 +667,7 @@ class NvmlSource:
         while not self._stop.is_set():
             try:
                 data = n.nvmlEventSetWait(self._set, self._poll_ms)
-            except Exception as exc:  # NVMLError_Timeout (nothing happened) or a real failure, told apart below
+            except Exception as exc:  # noqa: BLE001 - NVMLError_Timeout (nothing happened) or a real failure, told apart below
                 if type(exc).__name__.endswith("Timeout") or getattr(exc, "value", None) == 10:
                     continue
                 self.errors.append(f"NVML event wait failed: {exc}")
@@ -714,7 +713,7 @@ class NvmlSource:
         try:
             if getattr(self, "_set", None) is not None:
                 self._n.nvmlEventSetFree(self._set)
-        except Exception:  # freeing on the way out: NVML may already be gone with the driver
+        except Exception:  # noqa: BLE001 - freeing on the way out: NVML may already be gone with the driver
             pass
         self._set = None
         self._session.close()
@@ -861,7 +860,7 @@ class Follower:
             for ev in res.events:
                 try:
                     self.on_event(ev)
-                except Exception as exc:  # a consumer bug must not stop the capture
+                except Exception as exc:  # noqa: BLE001 - a consumer bug must not stop the capture
                     self._warnings.append(f"on_event failed for Xid {ev.xid}: {type(exc).__name__}: {exc}")
 
     def _loop(self) -> None:

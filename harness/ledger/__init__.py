@@ -137,7 +137,7 @@ class PostImportHooks(importlib.abc.MetaPathFinder):
         def after(module: ModuleType) -> None:
             try:
                 hook(module)
-            except Exception as exc:  # a broken refinement must never break the import
+            except Exception as exc:  # noqa: BLE001 - a broken refinement must never break the user's import
                 print(f"faulthunt ledger: {fullname} refinement failed: {exc!r}", file=sys.stderr)
 
         spec.loader = _HookLoader(spec.loader, after)
@@ -185,7 +185,7 @@ class LedgerHandle:
             if fl is not None:
                 try:
                     fl()
-                except Exception:
+                except Exception:  # noqa: BLE001 - a flush is best effort; a source that cannot flush still gets stop()
                     pass
         self.writer.drain()
 
@@ -198,7 +198,7 @@ class LedgerHandle:
         for s in reversed(self.sources):
             try:
                 s.stop()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - one source failing to stop must not keep the others or the file open
                 print(f"faulthunt ledger: stopping {s.name} failed: {exc!r}", file=sys.stderr)
         self.writer.close()
 
@@ -239,7 +239,7 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
         try:
             src = cupti_source.start(handle.writer, say=say)
             handle.sources.append(src)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - CUPTI's binding raises its own errors, OSError, RuntimeError: any means no CUPTI, said
             # CUPTI passed the probe but would not start (another profiler, driver trouble).
             msg = f"ledger: CUPTI failed to start ({exc}); continuing with framework refinements"
             say(msg)

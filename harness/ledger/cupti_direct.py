@@ -84,7 +84,7 @@ def cupti_python_major() -> int | None:
         from importlib.metadata import version
 
         return int(version("cupti-python").split(".")[0])
-    except Exception:
+    except Exception:  # noqa: BLE001 - a missing, unparsable or broken dist-info all mean 'unknown'
         return None
 
 
@@ -169,7 +169,7 @@ class DirectCupti:
         def trampoline(_u: Any, domain: int, cbid: int, cbdata: int) -> None:
             try:
                 callback(None, domain, cbid, RawRecord(string_at(cbdata, size), layout))
-            except BaseException as exc:  # never unwind into CUPTI
+            except BaseException as exc:  # noqa: BLE001 - never unwind into CUPTI (a C caller)
                 print(f"faulthunt ledger: CUPTI callback raised {exc!r}", file=sys.stderr)
 
         fn = CALLBACK(trampoline)
@@ -198,7 +198,7 @@ class DirectCupti:
                 buf[0] = addr
                 size[0] = n
                 max_records[0] = 0
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - never unwind into CUPTI (a C caller)
                 print(f"faulthunt ledger: CUPTI buffer request failed: {exc!r}", file=sys.stderr)
                 size[0] = 0
 
@@ -221,7 +221,7 @@ class DirectCupti:
                     acts.append(RawRecord(view[(rec.value or 0) - buffer:], layout))
                 if acts:
                     completed(acts)
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - never unwind into CUPTI (a C caller)
                 print(f"faulthunt ledger: CUPTI buffer handling failed: {exc!r}", file=sys.stderr)
 
         req, comp = REQUESTED(on_requested), COMPLETED(on_completed)

@@ -64,7 +64,7 @@ def _bind(cl: Any) -> Any:
         fn = getattr(cl, name)
         fn.argtypes = args
         fn.restype = ctypes.c_int
-    getattr(cl, "cuptiActivityGetNextRecord")
+    _ = cl.cuptiActivityGetNextRecord  # resolved now: a libcupti without it fails here, not mid-run
     return cl
 
 
@@ -151,7 +151,7 @@ class NativeCuptiSource:
                     self._encoded.clear()
                 b = self._encoded[s] = s.encode()
             self.lib.fl_pending_put(cid, b, len(b))
-        except BaseException:  # never unwind into C
+        except BaseException:  # noqa: BLE001 - never unwind into C
             pass
 
     def _note(self, msg: str) -> None:

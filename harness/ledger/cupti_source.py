@@ -158,7 +158,7 @@ class RawStruct:
         self.names = names
         unpack_from = self._struct.unpack_from
         if take == list(range(len(take))):
-            self.unpack = unpack_from  # type: ignore[method-assign]  # fields already in order
+            self.unpack = unpack_from  # type: ignore[method-assign, assignment]  # fields already in order
         else:
             pick = operator.itemgetter(*take)
             if len(take) == 1:
@@ -347,7 +347,7 @@ def _failed(result_ptr: Any) -> bool:
 
 
 def _import() -> Any:
-    from cupti import cupti  # type: ignore[import-not-found]
+    from cupti import cupti
 
     return cupti
 
@@ -359,11 +359,11 @@ def problem() -> str | None:
     except ImportError as exc:
         return (f"cupti-python is not installed ({exc.name or exc}); "
                 "pip install 'cupti-python==<your CUDA major>.*' (e.g. 13.* for CUDA 13)")
-    except Exception as exc:  # the extension loaded but libcupti did not
+    except Exception as exc:  # noqa: BLE001 - the extension loaded but libcupti did not (the binding's own errors)
         return f"cupti-python could not load libcupti ({exc}); install nvidia-cuda-cupti matching your CUDA"
     try:
         cupti.get_timestamp()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the binding's CUPTIError or a loader error: either way CUPTI is unusable
         return f"libcupti is not usable ({exc}); check the driver and the nvidia-cuda-cupti version"
     return None
 
@@ -476,7 +476,7 @@ class CuptiSource:
         if raw is not None:
             try:
                 f = MemoryFields(*raw.unpack(act._data))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the raw-bytes route turns itself off on any failure; the object route takes over
                 self._raw_off("memory", f"unpack failed: {exc!r}")
             else:
                 if self._checks["memory"] > 0 and f.kind == self._memory2:
@@ -496,7 +496,7 @@ class CuptiSource:
             kind = struct.unpack_from("<i", data)[0]
             if kind not in self._kinds:
                 return None
-            f = dict(zip(self._kraw.names, self._kraw.unpack(data)))
+            f: dict[str, Any] = dict(zip(self._kraw.names, self._kraw.unpack(data)))
             f["name"] = ctypes.string_at(f["name"]).decode("utf-8", "replace") if f["name"] else None
             return f
         if int(getattr(act, "kind", -1)) not in self._kinds:
@@ -544,7 +544,7 @@ class CuptiSource:
                     kf = self._kernel_fields(act)
                     if kf is not None:
                         lines.append(self._kernel(kf, put=False))
-            except Exception as exc:  # never raise into CUPTI's thread
+            except Exception as exc:  # noqa: BLE001 - never raise into CUPTI's thread
                 print(f"faulthunt ledger: bad CUPTI record: {exc!r}", file=sys.stderr)
         if lines:
             self.writer.put_line("\n".join(lines))
@@ -571,7 +571,7 @@ class CuptiSource:
                         rec["nodeid"] = context.current_nodeid
                     self.writer.write(rec)
                     self.records += 1
-            except Exception as exc:  # never raise into CUPTI's thread
+            except Exception as exc:  # noqa: BLE001 - never raise into CUPTI's thread
                 print(f"faulthunt ledger: bad CUPTI record: {exc!r}", file=sys.stderr)
 
     def _flush_forced(self, why: str) -> None:
@@ -584,7 +584,7 @@ class CuptiSource:
                 self.cupti.activity_flush_all(self._forced)
             if self.writer.route.deferred:
                 self.writer.drain()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed forced flush is said once; the background flush still runs
             # Said once; the background flush still runs.
             if self.flush_on_launch:
                 self.flush_on_launch = False
@@ -605,10 +605,11 @@ class CuptiSource:
             if not kind:
                 return
             raw = self._cbraw
+            sym: int | None
             if raw is not None:
                 try:
                     site, sym, retp, cid = raw.unpack(cbdata._data)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the raw-bytes route turns itself off on any failure; the object route takes over
                     self._raw_off("callback", f"unpack failed: {exc!r}")
                 else:
                     if self._checks["callback"] > 0:
@@ -617,7 +618,7 @@ class CuptiSource:
             if raw is None:
                 site, sym, cid = cbdata.callback_site, None, cbdata.correlation_id
             entering = site == self._enter
-            if kind == _ALLOC or kind == _FREE:
+            if kind in (_ALLOC, _FREE):
                 if not entering:
                     # an allocation call that failed may be reporting a fault's sticky error
                     if self.launches == "activity" and _failed(retp if raw is not None else
@@ -663,7 +664,7 @@ class CuptiSource:
                     rec = self.writer.record(got[0], NAME, **got[1], failed=True if bad else None)
                     if not bad:
                         self._last_ok_sync = round(rec["t"] * 1e9)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - never raise into CUPTI's callback (the user's CUDA call)
             print(f"faulthunt ledger: CUPTI callback failed: {exc!r}", file=sys.stderr)
 
     def _background(self) -> None:
@@ -771,7 +772,7 @@ def start(writer: LedgerWriter, say: Callable[[str], None] = lambda m: None) -> 
         module = _import()
         try:
             return cupti_native.start(writer, module, say)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the compiled route falls back to Python on any failure, said
             msg = f"ledger: compiled CUPTI route unavailable ({exc}); CUPTI through Python"
             say(msg)
             writer.record(EVENT_NOTE, NAME, message=msg)

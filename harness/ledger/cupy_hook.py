@@ -68,7 +68,7 @@ def make_hook(base: type, writer: LedgerWriter) -> Any:
         else:
             free(NAME, got[1], got[3], None, stack_json() if writer.all_stacks else None, got[4])
 
-    class LedgerHook(base):  # type: ignore[misc, valid-type]
+    class LedgerHook(base):
         name = "faulthunt_ledger"
 
         def alloc_postprocess(self, device_id: Any = None, mem_size: Any = 0, mem_ptr: Any = 0,
@@ -93,7 +93,7 @@ def make_lean_hook(base: type, writer: LedgerWriter) -> Any:
     alloc, free = writer.alloc, writer.free
     alloc_stacks, all_stacks = writer.alloc_stacks, writer.all_stacks
 
-    class LeanLedgerHook(base):  # type: ignore[misc, valid-type]
+    class LeanLedgerHook(base):
         name = "faulthunt_ledger"
 
         def alloc_postprocess(self, device_id: Any = None, mem_size: Any = 0, mem_ptr: Any = 0,
@@ -136,7 +136,7 @@ class CupySource:
     def stop(self) -> None:
         try:
             self.hook.__exit__(None, None, None)
-        except Exception:
+        except Exception:  # noqa: BLE001 - stopping at exit: CuPy may be torn down, or the hook owned by another thread
             pass  # a different thread, or CuPy already torn down at exit
 
 

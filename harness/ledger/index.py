@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import compress, islice
 from operator import itemgetter, le, ne
+from typing import Any
 
 #: node visits a pruned descent may spend before the exact stabbing index takes over
 DESCENT_BUDGET = 96
@@ -192,7 +193,8 @@ class StabbingIndex:
         self.xtree = Tree(self.xs, min, big, "q")
         self.ytree = Tree(self.ys, max, -1, "q")
 
-    def _nodes(self, q: int):  # noqa: ANN202 - a small generator of (lo, hi, one-sided test)
+    def _nodes(self, q: int) -> Iterator[tuple[int, int, Tree | None, Any]]:
+        """(lo, hi, tree, one-sided test) per level holding rank q; tree and test are None at level 0."""
         keys, starts = self.keys, self.starts
         if q < 0:
             return
@@ -282,7 +284,7 @@ class LevelIndex:
         self._r0_tree: Tree | None = None
         self._r1_tree: Tree | None = None
         self._stab: StabbingIndex | None = None
-        self._ends: array | None = None
+        self._ends: array[int] | None = None
         #: pruned descents that ran out of budget (tests read it: the exact index took over)
         self.fallbacks = 0
 

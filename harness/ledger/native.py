@@ -121,7 +121,7 @@ def _load(paths: list[str]) -> tuple[Any, str | None]:
                 fn.restype = res
             for name in ENTRY_POINTS:
                 getattr(lib, name)
-            lib.path = path
+            lib.path = path  # type: ignore[attr-defined]  # the file, for the ledger's note
             return lib, None
         except (OSError, AttributeError) as exc:
             problems.append(f"{path}: {exc}")

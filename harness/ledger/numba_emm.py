@@ -40,7 +40,7 @@ def make_manager_class(base: type, writer: LedgerWriter) -> type:
     # around numba's own driver allocation: CUPTI's callback then leaves the stack to this record
     enter, leave = writer.refine_marks()
 
-    class LedgerMemoryManager(base):  # type: ignore[misc, valid-type]
+    class LedgerMemoryManager(base):
         def initialize(self) -> None:
             super().initialize()
             if writer.route.name != "python" and writer.cupti is not None:
@@ -50,7 +50,7 @@ def make_manager_class(base: type, writer: LedgerWriter) -> type:
                 return
             dealloc = getattr(self, "deallocations", None)
             add = getattr(dealloc, "add_item", None)
-            if add is None or getattr(add, "_faulthunt", False):
+            if dealloc is None or add is None or getattr(add, "_faulthunt", False):
                 return
 
             def add_item(dtor: Any, handle: Any, size: int = 0) -> Any:
@@ -68,7 +68,7 @@ def make_manager_class(base: type, writer: LedgerWriter) -> type:
             dealloc.add_item = add_item
 
         def memalloc(self, size: int) -> Any:
-            if enter is None:
+            if enter is None or leave is None:  # both or neither (refine_marks)
                 mem = super().memalloc(size)
             else:
                 enter()

@@ -97,7 +97,7 @@ class _Line(msgspec.Struct, gc=False, tag_field="event", kw_only=True):
 
     code: ClassVar[int] = _OTHER
     t: float
-    pid: int | None | msgspec.UnsetType = msgspec.UNSET
+    pid: int | msgspec.UnsetType | None = msgspec.UNSET
     t_mono: float | None = None
 
 
@@ -336,7 +336,7 @@ def _dict_problem(rec: dict[str, Any]) -> str | None:
 
 
 def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector,
-               marks: array) -> bool:
+               marks: array[int]) -> bool:
     """Stream one ledger file into ``sink``; True when its last line is torn (no newline).
 
     ``marks`` gets, for every :data:`MARK` bytes of the file, how many lines lie before that
@@ -471,13 +471,13 @@ class RecordStore:
     """
 
     def __init__(self) -> None:
-        self.files: list[tuple[Path, int | None, array]] = []
+        self.files: list[tuple[Path, int | None, array[int]]] = []
         self.memory: list[dict[str, Any]] = []
         self._fds: dict[int, int] = {}
         self._cache: dict[int, dict[str, Any]] = {}
         self._finalizer = weakref.finalize(self, _close_all, self._fds)
 
-    def add_file(self, path: Path, file_pid: int | None) -> tuple[int, array]:
+    def add_file(self, path: Path, file_pid: int | None) -> tuple[int, array[int]]:
         marks = array("q")
         self.files.append((path, file_pid, marks))
         return len(self.files), marks
@@ -844,7 +844,7 @@ def _guard_ranks(evb: bytes, addrs: Sequence[int], xs: Sequence[Any]) -> list[in
     return sorted(allocs + frees)
 
 
-def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: Sequence[Any],
+def _replay_lives(ev: array[int], addrs: Sequence[int], sizes: Sequence[int], kinds: Sequence[Any],
                   xs: Sequence[Any], refs: Sequence[int], lives: tuple[_LevelLives, _LevelLives]) -> int:
     """Alloc and free records in time order -> lives; returns the frees that matched nothing.
 
@@ -900,7 +900,7 @@ def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: 
             live[level][addr] = i
             r0s[level][i] = rank
             continue
-        levels = _BLOCKS if k == KIND_BLOCK else _CONTAINERS if k == KIND_DEVICE or k == KIND_SEGMENT else _EITHER
+        levels = _BLOCKS if k == KIND_BLOCK else _CONTAINERS if k in (KIND_DEVICE, KIND_SEGMENT) else _EITHER
         for level in levels:
             life = live[level].pop(addr, None)
             if life is not None:
@@ -942,9 +942,6 @@ def _replay_lives(ev: array, addrs: Sequence[int], sizes: Sequence[int], kinds: 
 _BLOCKS, _CONTAINERS, _EITHER = (1,), (0,), (0, 1)
 
 
-def _take(seq: Sequence[Any], idx: Sequence[int]) -> Sequence[Any]:
-    """``[seq[i] for i in idx]`` in one C call."""
-    return itemgetter(*idx)(seq) if len(idx) > 1 else [seq[i] for i in idx]
 _ALLOC_OR_FREE = frozenset((_ALLOC, _FREE))
 
 

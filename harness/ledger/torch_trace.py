@@ -150,7 +150,7 @@ class TorchSource:
         self._stop.set()
         try:
             self.flush()
-        except Exception:
+        except Exception:  # noqa: BLE001 - the last flush at stop is best effort: torch may be torn down
             pass
 
 

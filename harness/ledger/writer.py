@@ -57,7 +57,7 @@ class RawJSON(str):
 #: stack cost tens of microseconds. Holding the code object here keeps its id from being reused.
 _codes: dict[int, tuple[CodeType, bool]] = {}
 #: (id(code), line, ...) -> the encoded stack; valid while _codes holds those codes
-_stack_cache: dict[tuple[int, ...], RawJSON] = {}
+_stack_cache: dict[tuple[Any, ...], RawJSON] = {}  # (code id, offset)... or ("line", code id, line)...
 
 
 def _skipped(code: CodeType) -> bool:
@@ -79,7 +79,7 @@ def python_stack(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> li
 
     Walks frames directly: cheaper than :mod:`traceback`, which reads source lines.
     """
-    f = frame if frame is not None else sys._getframe(1)
+    f: FrameType | None = frame if frame is not None else sys._getframe(1)
     _make_room()
     out: list[str] = []
     while f is not None and len(out) < limit:
@@ -99,6 +99,7 @@ def _stack_json_by_offset(frame: FrameType | None = None, limit: int = STACK_LIM
     framework function cost tens of microseconds; the offset is a field. Line numbers are worked
     out once, when a stack is first seen.
     """
+    f: FrameType | None
     f = start = frame if frame is not None else sys._getframe(1)
     _make_room()
     key: list[int] = []
@@ -127,7 +128,7 @@ def _stack_json_by_offset(frame: FrameType | None = None, limit: int = STACK_LIM
 def _stack_json_by_line(frame: FrameType | None = None, limit: int = STACK_LIMIT) -> RawJSON:
     """The same, cached per (code, line) sequence: the earlier key, kept for comparisons
     (``FAULTHUNT_LEDGER_STACK_KEY=line``)."""
-    f = frame if frame is not None else sys._getframe(1)
+    f: FrameType | None = frame if frame is not None else sys._getframe(1)
     _make_room()
     key: list[int] = []
     codes = _codes
@@ -143,7 +144,7 @@ def _stack_json_by_line(frame: FrameType | None = None, limit: int = STACK_LIMIT
             key.append(f.f_lineno)
             n += 1
         f = f.f_back
-    k = ("line",) + tuple(key)
+    k: tuple[Any, ...] = ("line", *key)
     stack = _stack_cache.get(k)
     if stack is None:
         if len(_stack_cache) >= _CACHE_MAX:
@@ -572,7 +573,8 @@ class LedgerWriter:
                   file=sys.stderr)
             self._put = self._put_write  # which counts what it cannot write
 
-    _put = _put_write  # replaced per instance in _open
+    #: replaced per instance (_open, close, fork): an attribute, so no call pays a method lookup chain
+    _put: Callable[[bytes], None] = _put_write  # type: ignore[assignment]  # bound on access like any method
 
     def put_line(self, line: str) -> None:
         """Write one already-encoded JSON line (no newline) as it is."""
@@ -744,14 +746,14 @@ class LedgerWriter:
 
 
 #: open writers, so a fork can give each its child file
-_writers: "weakref.WeakSet[LedgerWriter]" = weakref.WeakSet()
+_writers: weakref.WeakSet[LedgerWriter] = weakref.WeakSet()
 
 
 def _reopen_after_fork() -> None:
     for w in list(_writers):
         try:
             w._after_fork()
-        except Exception as exc:  # never break the child
+        except Exception as exc:  # noqa: BLE001 - never break the forked child
             print(f"faulthunt ledger: cannot reopen after fork: {exc!r}", file=sys.stderr)
 
 

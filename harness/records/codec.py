@@ -151,7 +151,7 @@ def convert_fields(value: Any, type_: type[T]) -> tuple[T | None, list[str]]:
     for field in msgspec.structs.fields(type_):  # type: ignore[arg-type]
         if field.encode_name not in value:
             continue
-        got, bad = convert(value[field.encode_name], field.type)
+        _, bad = convert(value[field.encode_name], field.type)
         if bad is None:
             kept[field.encode_name] = value[field.encode_name]
         else:

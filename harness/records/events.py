@@ -9,7 +9,7 @@ guard record) is a new Struct with its own ``tag`` added to :data:`WORKER_EVENT_
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -258,9 +258,9 @@ CONTROLLER_EVENT_TYPES: tuple[type[_Event], ...] = (SessionStart, WorkerDown, Cr
                                                     RecycleLost, RestartLimit, SessionFinish,
                                                     WorkerUp, CollectError)
 
-WorkerEvent = Union[WorkerHello, TestStart, TestEnd, Hang, Recycle, ChildProcess, Collected]
-ControllerEvent = Union[SessionStart, WorkerDown, Crash, Recycled, RecycleLost, RestartLimit,
-                        SessionFinish, WorkerUp, CollectError]
+WorkerEvent = WorkerHello | TestStart | TestEnd | Hang | Recycle | ChildProcess | Collected
+ControllerEvent = (SessionStart | WorkerDown | Crash | Recycled | RecycleLost | RestartLimit
+                   | SessionFinish | WorkerUp | CollectError)
 
 
 def _tags(types: tuple[type[_Event], ...]) -> frozenset[str]:

@@ -254,8 +254,8 @@ class SanitizerRecord:
 
 
 #: the text of json_text around its per-record values, by the fields it is made of
-_SEG1: dict[tuple, tuple[str, str]] = {}
-_SEG2: dict[tuple, tuple] = {}
+_SEG1: dict[tuple[Any, ...], tuple[str, str]] = {}
+_SEG2: dict[tuple[Any, ...], tuple[tuple[Frame, ...], tuple[Frame, ...], str, str]] = {}
 
 
 def _seg1(r: SanitizerRecord) -> tuple[str, str]:

@@ -6,6 +6,7 @@ headline, in every GPU cell and in every clipped message that carried the label.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from faulthunt.report.model import ReportModel
@@ -38,7 +39,7 @@ def clip(message: Any, model: ReportModel, limit: int = MESSAGE_CHARS) -> str:
     return out
 
 
-def rate_text(t: dict[str, Any]) -> str:
+def rate_text(t: Mapping[str, Any]) -> str:
     """``12.0% (5.0%-24.0%)`` from a by_test row, ``-`` without a rate."""
     ci = t.get("ci95") or [None, None]
     rate = t.get("rate")
@@ -60,7 +61,7 @@ def allocation_text(x: dict[str, Any]) -> str | None:
             f"from {a.get('nodeid') or '?'})")
 
 
-def outcome_text(f: dict[str, Any]) -> str:
+def outcome_text(f: Mapping[str, Any]) -> str:
     """``crashed (SIGABRT)``."""
     return str(f.get("outcome")) + (f" ({f['signal_name']})" if f.get("signal_name") else "")
 

@@ -168,7 +168,7 @@ def _simulated(run: Mapping[str, Any]) -> str | None:
     opts = run.get("options")
     if not isinstance(opts, Mapping):
         return None
-    env = opts.get("env") if isinstance(opts.get("env"), Mapping) else {}
+    env = got if isinstance(got := opts.get("env"), Mapping) else {}
     source = str(opts.get("xid_source") or "")
     if str(env.get(BACKEND_ENV, "")).lower() == SIM or source.endswith(SIM_KERNEL_LOG):
         return ("SIMULATED run: no GPU; numba's CUDA simulator and SIMULATED stand-ins "
@@ -248,6 +248,7 @@ def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str
     workers: dict[Any, str] = {}
     devices: dict[Any, str] = {}
     markers: dict[Any, list[dict[str, Any]]] = {}
+    span: dict[str, Any] | None
     for rec in events:
         pid = rec.get("pid")
         worker = str(rec.get("worker") or "main")

@@ -30,7 +30,7 @@ _CACHE_MAX = 1024
 
 
 def is_mangled(name: str) -> bool:
-    return name.startswith("_Z") or name.startswith("__device_stub__Z")
+    return name.startswith(("_Z", "__device_stub__Z"))
 
 
 class _Library:
@@ -49,7 +49,7 @@ def _cxxfilt() -> Any:
         try:
             import cxxfilt
             _Library.module = cxxfilt
-        except Exception as exc:  # ImportError, or an OSError while it loads libc/libstdc++
+        except (ImportError, OSError, AttributeError) as exc:  # absent; libc/libstdc++ not loadable; no __cxa_demangle
             _Library.broken = f"the cxxfilt package cannot be used ({type(exc).__name__}: {exc})"
     return None if _Library.broken else _Library.module
 
@@ -74,7 +74,7 @@ def _demangle_one(name: str) -> str:
         return str(lib.demangle(target))
     except (lib.InvalidName, UnicodeError):
         return name  # not a mangled name after all: shown as printed, as c++filt does
-    except Exception as exc:  # LibraryNotFound, InternalError, a ctypes failure
+    except Exception as exc:  # noqa: BLE001 - LibraryNotFound, InternalError, a ctypes failure: demangling stops, said once
         _Library.broken = f"libstdc++'s demangler failed ({type(exc).__name__}: {exc})"
         _say_once()
         return name

@@ -173,6 +173,10 @@ def _host_old(s: str) -> Frame | None:
 #: character, or ``[0x``
 _TAIL_START = re.compile(r"(?=(?<!\s)\s|(?<!\w)in |\[0x)")
 _PC_BRACKET = re.compile(r"\s*\[0x([0-9a-fA-F]+)\]")
+#: ``(pc, module)`` after a frame's function or file
+_PcModule = tuple[str | None, str | None]
+#: ``(line, pc, module)`` after a ``FILE:``
+_Verdict = tuple[str, str | None, str | None]
 _BRACKET = re.compile(r"[\[\]]")
 
 
@@ -191,10 +195,10 @@ class _HostTail:
         self.s = s
         self.n = len(s)
         self.colon = -1  # the first ":" not yet ruled out (n: none left)
-        self.verdicts: dict[int, tuple | None] = {}
+        self.verdicts: dict[int, _Verdict | None] = {}
         self.bracket_from = self.bracket_at = -1
 
-    def after_pc(self, q: int) -> tuple | None:
+    def after_pc(self, q: int) -> _PcModule | None:
         """``[0xPC]`` and/or `` in MODULE`` then the end, from q: ``(pc, module)`` or None."""
         s, n = self.s, self.n
         m = _PC_BRACKET.match(s, q)
@@ -204,12 +208,12 @@ class _HostTail:
         if q == n:
             return (pc, None)
         if s[q].isspace():
-            r = _WS.match(s, q).end()
+            r = _WS.match(s, q).end()  # type: ignore[union-attr]  # \s* always matches
             if s.startswith("in ", r) and r + 3 < n:
                 return (pc, s[r + 3:])
         return None
 
-    def _verdict(self, e: int) -> tuple | None:
+    def _verdict(self, e: int) -> _Verdict | None:
         """``(line, pc, module)`` when the ``:`` at e ends a file, else None."""
         if e not in self.verdicts:
             m = _DIGITS.match(self.s, e + 1)
@@ -223,7 +227,7 @@ class _HostTail:
             self.bracket_from, self.bracket_at = pos, (m.start() if m is not None else self.n)
         return self.bracket_at
 
-    def file_line(self, f0: int) -> tuple | None:
+    def file_line(self, f0: int) -> tuple[str, str, str | None, str | None] | None:
         """``FILE:LINE`` and the rest with FILE starting at f0: ``(file, line, pc, module)`` or None."""
         s, e = self.s, self.colon
         if e >= self.n:
@@ -235,22 +239,24 @@ class _HostTail:
         self.colon = e if e >= 0 else self.n
         if e < 0 or self._first_bracket(f0) < e:
             return None
-        return (s[f0:e],) + self.verdicts[e]  # type: ignore[operator]
+        verdict = self.verdicts[e]
+        assert verdict is not None  # the loop above stops only on a ':' with a verdict
+        return (s[f0:e], *verdict)
 
     def split(self) -> tuple[str, str | None, str | None, str | None, str | None]:
         """``(func, file, line, pc, module)`` as strings."""
         s = self.s
         for m in _TAIL_START.finditer(s):
             p = m.start()
-            r = _WS.match(s, p).end()
+            r = _WS.match(s, p).end()  # type: ignore[union-attr]  # \s* always matches
             if s.startswith("in ", r) and (r == 0 or not (s[r - 1].isalnum() or s[r - 1] == "_")):
                 found = self.file_line(r + 3)
                 if found is not None:
-                    return (s[:p],) + found  # type: ignore[return-value]
+                    return (s[:p], *found)
             if s[p] != "i":
                 rest = self.after_pc(p)
                 if rest is not None:
-                    return (s[:p], None, None) + rest  # type: ignore[return-value]
+                    return (s[:p], None, None, *rest)
         return (s, None, None, None, None)
 
 
@@ -260,8 +266,8 @@ def parse_host_frame(text: str) -> Frame:
     old = _host_old(s)
     if old is not None:
         return old
-    func, file, line, pc, module = _HostTail(s).split()
-    func = func.strip() or None
+    head, file, line, pc, module = _HostTail(s).split()
+    func: str | None = head.strip() or None
     if func and module is None and ("/" in func or "\\" in func) and file is None:
         module, func = func, None  # legacy "Host Frame:./app [0x3a39]" names the module
     return Frame(func, file, num(line), module, hexnum(pc))

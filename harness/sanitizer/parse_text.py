@@ -135,7 +135,7 @@ def _drop_period(text: str) -> str:
     return text[:-1] if len(text) >= 2 and text.endswith(".") else text
 
 
-def _dim(g: tuple, at: int) -> tuple[int, int, int] | None:
+def _dim(g: tuple[Any, ...], at: int) -> tuple[int, int, int] | None:
     """Three ``\\d+`` groups as ints; None when one is absurdly long (int() would raise)."""
     x, y, z = g[at], g[at + 1], g[at + 2]
     if len(x) > MAX_DIGITS or len(y) > MAX_DIGITS or len(z) > MAX_DIGITS:
@@ -321,7 +321,7 @@ def _race_head(body: str) -> tuple[str, dict[str, Any]] | None:
  D_UNINIT) = range(100, 112)
 
 
-def detail_of(body: str) -> tuple:
+def detail_of(body: str) -> tuple[Any, ...]:
     """``(code, payload...)`` of one indented line; ``(D_EXTRA,)`` for lines not understood."""
     c = body[:1]
     if c == "a" and body.startswith("at "):
@@ -337,7 +337,7 @@ def detail_of(body: str) -> tuple:
             if thread is not None and block is not None:
                 return (D_WHO, thread, block)
         return (D_EXTRA,)
-    if c == "A" and (body.startswith("Address ") or body.startswith("Access ")):
+    if c == "A" and body.startswith(("Address ", "Access ")):
         return _address(body)
     if c == "a" and body.startswith("and "):
         return _and_line(body)
@@ -367,7 +367,7 @@ def detail_of(body: str) -> tuple:
     return (D_EXTRA,)
 
 
-def _address(body: str) -> tuple:
+def _address(body: str) -> tuple[Any, ...]:
     """``Access to 0x.. is out of bounds`` (also ``Address 0x..``, ``Access at 0x.. is misaligned``)."""
     m = _D_ADDR.match(body)
     if m is None:
@@ -383,7 +383,7 @@ def _address(body: str) -> tuple:
     return (D_ADDR, _hex(m.group(1)), _drop_period(rest))
 
 
-def _and_line(body: str) -> tuple:
+def _and_line(body: str) -> tuple[Any, ...]:
     """``and is N bytes after the nearest allocation ...`` or a race's ``and Write access at ...``."""
     m = _D_NEAR.match(body)
     if m:
@@ -413,7 +413,7 @@ _SKIP = (L_SKIP,)
 _SEP = (L_SEP,)
 
 
-def _head_level(body: str, may_start: bool) -> tuple:
+def _head_level(body: str, may_start: bool) -> tuple[Any, ...]:
     """The class of a line at the record-head level: a record head, banner, summary or notice."""
     if may_start:
         head = head_fields(body)
@@ -483,14 +483,14 @@ _STACKS: dict[int | tuple[int, ...], tuple[Frame, ...]] = {}
 
 def _shared(frames: list[Frame]) -> tuple[Frame, ...]:
     key = id(frames[0]) if len(frames) == 1 else tuple(map(id, frames))
-    stack = _STACKS.get(key)  # type: ignore[call-overload]
+    stack = _STACKS.get(key)
     if stack is None:
         if sum(len(f.func or "") + len(f.file or "") + len(f.module or "") for f in frames) > _CACHE_CHARS * 4:
             return tuple(frames)  # frames of long lines are not shared: not worth holding on to
         if len(_STACKS) >= _CACHE_MAX:
             _STACKS.clear()
         # the tuple holds its frames, so their ids cannot be reused while the entry lives
-        stack = _STACKS[key] = tuple(frames)  # type: ignore[index]
+        stack = _STACKS[key] = tuple(frames)
     return stack
 
 
@@ -537,10 +537,10 @@ class TextLogParser:
         self._pending: list[tuple[dict[str, Any], str | None]] = []
         self._pending_chars = 0
         self._ready: list[SanitizerRecord] = []
-        self._cache: dict[str, tuple] = {}
+        self._cache: dict[str, tuple[Any, ...]] = {}
 
     # --- classification of one line (pure given the prefix; remembered for short lines) ---------
-    def _classify(self, raw: str) -> tuple:
+    def _classify(self, raw: str) -> tuple[Any, ...]:
         if self._lead and raw.startswith(self._lead):
             # the common line, "<prefix> <body>": what the general path below does, minus the
             # steps that cannot apply (no leading blank, no CI stamp, not a pytest "=====" line
@@ -601,10 +601,10 @@ class TextLogParser:
         cache = self._cache
         get = cache.get
         classify = self._classify
-        # the record being read: its fields (None: no record), lines, frames, unparsed lines
+        # the record being read: its fields (None: no record), text lines, frames, unparsed lines
         f: dict[str, Any] | None = None
         hint: str | None = None
-        lines: list[str] = []
+        text: list[str] = []
         host: list[Frame] = []
         device: list[Frame] = []
         extra: list[str] = []
@@ -628,10 +628,10 @@ class TextLogParser:
                     closed_last = True
                     self._other(_head_level(op[1], False))
                     continue
-                if len(lines) >= MAX_RECORD_LINES:
+                if len(text) >= MAX_RECORD_LINES:
                     dropped += 1
                     continue
-                lines.append(op[1])
+                text.append(op[1])
                 if code == D_HOST:
                     host.append(op[2])
                 elif code == D_AT:
@@ -683,7 +683,7 @@ class TextLogParser:
             if code == L_SKIP:
                 continue
             if f is not None:
-                rec = self._finish(_close(f, lines, host, device, extra, dropped), hint)
+                rec = self._finish(_close(f, text, host, device, extra, dropped), hint)
                 if rec is not None:
                     yield rec
                 elif self._ready:
@@ -694,19 +694,19 @@ class TextLogParser:
                 f = op[2].copy()
                 f["index"] = index
                 hint = op[3]
-                lines, host, device, extra = [op[1]], [], [], []
+                text, host, device, extra = [op[1]], [], [], []
                 dropped, prev, closed_last = 0, -1, False
             elif code != L_SEP:
                 self._other(op)
         self.truncated = f is not None and not closed_last
         if f is not None:
-            rec = self._finish(_close(f, lines, host, device, extra, dropped), hint)
+            rec = self._finish(_close(f, text, host, device, extra, dropped), hint)
             if rec is not None:
                 yield rec
         self._flush(self._log_tool())
         yield from self._take_ready()
 
-    def _other(self, op: tuple) -> None:
+    def _other(self, op: tuple[Any, ...]) -> None:
         """A banner, summary or notice line."""
         code = op[0]
         if code == L_BANNER:

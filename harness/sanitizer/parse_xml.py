@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Iterator
+from typing import Any, cast
 
 from faulthunt.records.sanitizer import (
     API_ERROR, GUARDRAIL, HARDWARE_EXCEPTION, HOST_API_ACCESS, LEAK, MALLOC_FREE, MEMORY_ACCESS,
@@ -136,7 +137,7 @@ def record_from_element(rec: ET.Element, index: int, tool: str | None = None) ->
         kind = UNUSED_MEMORY
     who = rec.find("who")
     where = rec.find("where")
-    fields: dict = {
+    fields: dict[str, Any] = {
         "kind": kind, "message": message, "index": index, "tool": tool or kind_tool,
         "severity": _text(rec, "level"),
         "thread": _dim(who.find("threadIdx")) if who is not None else None,
@@ -199,7 +200,7 @@ class XmlParser:
         self.count = 0
 
     def records(self, pieces: Iterable[str]) -> Iterator[SanitizerRecord]:
-        parser = ET.XMLPullParser(events=("start", "end"))
+        parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
         open_els: list[ET.Element] = []
         tools: list[str | None] = []
         depth_in_record = 0
@@ -215,7 +216,8 @@ class XmlParser:
                     # cannot be handed to expat as UTF-8: it reads as "?"
                     piece = piece.encode("utf-8", "replace").decode("utf-8")
                 parser.feed(piece)
-                for event, el in parser.read_events():
+                # only start and end events were asked for: each carries an Element
+                for event, el in cast("Iterator[tuple[str, ET.Element]]", parser.read_events()):
                     if event == "start":
                         open_els.append(el)
                         if len(open_els) > MAX_DEPTH:
@@ -269,4 +271,4 @@ def parse_xml(text: str) -> list[SanitizerRecord]:
 
 def looks_like_xml(text: str) -> bool:
     head = text.lstrip("\ufeff \t\r\n")[:512]
-    return head.startswith("<?xml") or "<ComputeSanitizerOutput" in head or head.startswith("<FaulthuntSanitizer")
+    return head.startswith(("<?xml", "<FaulthuntSanitizer")) or "<ComputeSanitizerOutput" in head

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from faulthunt.records.sanitizer import (
     API_ERROR, DEVICE_KINDS, HARDWARE_EXCEPTION, HOST_API_ACCESS, LEAK, MALLOC_FREE, MEMORY_ACCESS,
@@ -239,10 +240,10 @@ class Reducer:
     def __init__(self, *, nodeid: str | None = None) -> None:
         self.nodeid = nodeid
         self.records = 0
-        self._groups: dict[tuple, _Group] = {}
+        self._groups: dict[tuple[Any, ...], _Group] = {}
         #: the group of a memory access error by the fields its key is made of (most records are
         #: these; the key's strings are then built once per distinct combination, not per record)
-        self._access: dict[tuple, _Group] = {}
+        self._access: dict[tuple[Any, ...], _Group] = {}
 
     def add(self, r: SanitizerRecord) -> None:
         self.records += 1

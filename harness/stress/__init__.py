@@ -80,4 +80,4 @@ def run_stress(opts: StressOptions, *, console: Any = None,
         return save(analyse(RunDir(got.run_dir), got), got, warn)
 
 
-__all__ = ["run_stress", *_EXPORTS]
+__all__ = ["run_stress", *_EXPORTS]  # noqa: PLE0604 - _EXPORTS's keys: the lazily imported names

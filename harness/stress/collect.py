@@ -270,7 +270,7 @@ def _identity() -> dict[str, Any]:
 
 def _warm_imports() -> None:
     """Import what analysis and rendering need while pytest runs (off the critical path)."""
-    import faulthunt.summary  # noqa: F401
+    import faulthunt.summary
     import faulthunt.report.terminal  # noqa: F401
 
 

@@ -341,7 +341,11 @@ def suite_timeout(cwd: Path) -> tuple[str, float] | None:
     pytest.ini, .pytest.ini, pyproject.toml, tox.ini, setup.cfg with a pytest section, in ``cwd``
     or a parent. None when there is none (or it sets no timeout)."""
     import configparser
-    import tomllib
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the same parser as the tomli package (pytest reads its config with it too)
+        import tomli as tomllib
 
     for directory in (cwd, *cwd.parents):
         for name, section in (("pytest.ini", "pytest"), (".pytest.ini", "pytest"),

@@ -41,11 +41,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
         if cuda_faults.available() is None:
             cuda_faults.kernel("scale")
-    except Exception:
+    except Exception:  # noqa: BLE001 - a warm-up only: the tests themselves report the real failure
         pass
     try:
         import numba.cuda  # noqa: F401
-    except Exception:
+    except Exception:  # noqa: BLE001 - a warm-up only, as above
         pass
 
 
@@ -53,5 +53,6 @@ def pytest_report_header(config: pytest.Config) -> str:
     return _statement()
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
     terminalreporter.write_line(_statement())

@@ -247,7 +247,8 @@ def _row(shape: str, quick: bool) -> Row:
         o, b = paired(ours, lambda: baseline_map(d, probes, base_out), repeat=repeat)
         peak_o = _peak_mib(argv)
         peak_b = _baseline_peak_mib(d, probes_file, base_out)
-        lines = sum(1 for _ in open(Path(tmp) / "ours.jsonl"))
+        with open(Path(tmp) / "ours.jsonl", "rb") as fh:
+            lines = sum(1 for _ in fh)
         assert lines == n_addr, f"faulthunt map wrote {lines} verdicts for {n_addr} addresses"
     return Row(
         capability=f"map {n_addr:,} addresses vs {n_records:,}-record ledger, {shape} (whole command)",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU validation of engineer D's area (doctor, stage, session) on the H200. Run from the repo root
+# GPU validation of doctor, stage and session on the H200. Run from the repo root
 # with the project installed; writes everything under "$OUT/doctor/"; bounded (< 3 min), no hangs:
 # every step has a timeout and the tmux session has a 90 s limit plus an explicit kill.
 # What it checks: doctor's text/JSON on the real machine (and for a V100 with --cc 7.0); that cuFFT

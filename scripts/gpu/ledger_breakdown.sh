@@ -2,7 +2,7 @@
 # The ledger's recording routes on the GPU (issue 16): cost on the allocation-heavy loop per route
 # (off, current, python, activity, native, native-activity; CuPy, numba, cuda.core), the last
 # launches of a dying worker, and the planted-fault verdicts per route. Run from the repository
-# root on the GPU machine with .whl/ carried (../shared/device/fetch-wheels.sh). Writes 8 files to
+# root on the GPU machine with .whl/ carried (scripts/gpu/fetch_wheels.sh). Writes 8 files to
 # "$OUT/breakdown/": summary.txt, loops.jsonl, probe.jsonl, crash.json, errors.txt, ledgers.tgz,
 # identity.txt, pip.log. Bounded: about 6 minutes (killed at 400 s); no GPU settings change.
 set -uo pipefail

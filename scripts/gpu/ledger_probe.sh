@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU validation of the allocation ledger and the mapper (issue 5). Run from the repository root
-# on the H200 after ../shared/device/fetch-wheels.sh filled .whl/ (cupti-python 13.0, numpy 2.4).
+# on the H200 after scripts/gpu/fetch_wheels.sh filled .whl/ (cupti-python 13.0, numpy 2.4).
 # Writes everything under "$OUT/ledger/": results.jsonl (one verdict per planted fault), per case
 # <fw>_<fault>.log / .dmesg.txt / .map.txt, ledgers/<case>/<pid>.jsonl, overhead.json.
 # Bounded: each case has a 60 s timeout, the cases stop starting after 140 s, the whole script is

@@ -174,10 +174,10 @@ def main() -> int:
     while runs > 4 and runs * per_run + (runs // 4 + 1) * per_run > left() - 15:
         runs -= 4  # keep both inside the time left; the ratio needs equal work, not many runs
     results["timing_runs"] = runs
-    rc1, _, wall1 = run(f"serial: {runs} runs, -n 1", fh + [
+    _, _, wall1 = run(f"serial: {runs} runs, -n 1", fh + [
         "sanitize", "--run", str(copies["serial"]), "--count", str(runs), "--keep-going", "-n", "1",
         "--timeout", "120", "--budget", "none"], dest, random_env, left() - 30)
-    rc4, _, wall4 = run(f"parallel: {runs} runs, -n 4", fh + [
+    _, _, wall4 = run(f"parallel: {runs} runs, -n 4", fh + [
         "sanitize", "--run", str(copies["parallel"]), "--count", str(runs), "--keep-going", "-n", "4",
         "--timeout", "120", "--budget", "none"], dest, random_env, left() - 5)
     d1, d4 = sanitizer_doc(copies["serial"]), sanitizer_doc(copies["parallel"])

@@ -3,8 +3,8 @@
 # suite's wild_write, 1 run in 8) recorded by a stress run, missed by a single rerun (said as "not
 # reproduced in 1 run"), found by `faulthunt sanitize --until-found -n 4` with kernel and line, and
 # the same number of runs timed on one sanitizer process and on four (goal: >= 3x).
-# Run from the repository root after ../shared/device/fetch-wheels.sh filled .whl/ (pytest-repeat;
-# msgspec as the lead carries it). One call, under 5 minutes (the driver is killed at 265 s).
+# Run from the repository root after scripts/gpu/fetch_wheels.sh filled .whl/ (pytest-repeat,
+# msgspec). One call, under 5 minutes (the driver is killed at 265 s).
 # Writes $OUT/sanitize_intermittent/: log.txt (PASS/FAIL lines, "ALL OK" last on success),
 # results.json (every figure), steps.txt (each command's output), runs.tgz (the run directories
 # without ledgers), pip.log. Plain device memory only; no GPU setting is changed.

@@ -16,7 +16,7 @@
 set -u
 OUT=${OUT:-/tmp/out}; D=$OUT/sanitize; mkdir -p "$D"
 REPO=$(pwd); SUITE_SRC=$REPO/scripts/gpu/sanitize_suite
-if ls .whl/*.whl >/dev/null 2>&1; then   # pytest-repeat and friends (shared/device/fetch-wheels.sh)
+if ls .whl/*.whl >/dev/null 2>&1; then   # pytest-repeat and friends (scripts/gpu/fetch_wheels.sh)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && export PATH=/tmp/site/bin:$PATH
 fi

@@ -17,8 +17,8 @@
 #     (faulthunt repeats the unittest items pytest-repeat leaves alone), none left unrepeated,
 #     subtests counted in summary.json, no pytest-benchmark warning.
 #
-# Needs in .whl/: the wheels of /work/shared/device/fetch-wheels.sh (pytest-repeat, py-spy, numpy
-# 2.4, filecheck, cupti-python) and msgspec's. No test can hang: the kernels are single stores
+# Needs in .whl/: the wheels of scripts/gpu/fetch_wheels.sh (pytest-repeat, py-spy, numpy 2.4,
+# filecheck, cupti-python, msgspec). No test can hang: the kernels are single stores
 # and every run is bounded by --timeout and `timeout`.
 set -u
 OUT=${OUT:-/tmp/out}; S=$OUT/suites; mkdir -p "$S"

@@ -1,5 +1,6 @@
 """Dump raw /dev/kmsg records (PRI,SEQ,TS_USEC,FLAGS;MSG) without blocking."""
-import os, sys
+import os
+import sys
 fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
 out = []
 while True:
@@ -8,6 +9,7 @@ while True:
     except BlockingIOError:
         break
     except BrokenPipeError:
-        out.append(b"#EPIPE\n"); continue
+        out.append(b"#EPIPE\n")
+        continue
     out.append(rec)
 sys.stdout.buffer.write(b"".join(out))

@@ -1,5 +1,4 @@
 """numba-cuda kernels with a planted write past the end, for memcheck's Python host frames."""
-import sys
 import numpy as np
 from numba import cuda
 

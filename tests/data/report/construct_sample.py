@@ -48,7 +48,7 @@ def main():
         lines = [{"event": "worker", "worker": worker, "pid": pid, "ppid": 4200, "cuda_visible_devices": None,
                   "recycle": True, "t": t, "t_mono": M0 + 0.5}]
         queue = [(n, i) for i in range(5) for n in TESTS[wi % 4:] + TESTS[:wi % 4]][:5 + wi]
-        for k, (node, rep) in enumerate(queue):
+        for node, rep in queue:
             nid = f"{node}[{rep + 1}-5]"
             rec = {"nodeid": nid, "base_nodeid": node, "worker": worker, "pid": pid, "device": None}
             lines.append({"event": "start", **rec, "t": t, "t_mono": M0 + t - T0})

@@ -28,7 +28,13 @@ import sys
 import tempfile
 import time
 
-help_text = open(os.environ["STANDIN_HELP"], encoding="utf-8").read()
+
+def read(path):
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+help_text = read(os.environ["STANDIN_HELP"])
 args = sys.argv[1:]
 if args in (["--help"], ["-h"]):
     sys.stdout.write(help_text)
@@ -73,7 +79,7 @@ def emit(text, xml, found):
 
 if os.environ.get("STANDIN_TOOL_FAILS"):
     # what the real 2026.4 binary printed on a machine without a GPU (text/cpu_only_machine_2026.4.txt)
-    emit(open(os.environ["STANDIN_TOOL_FAILS"], encoding="utf-8").read(), "", False)
+    emit(read(os.environ["STANDIN_TOOL_FAILS"]), "", False)
     sys.exit(255)
 time.sleep(float(os.environ.get("STANDIN_SLEEP") or 0))
 replays = json.loads(os.environ.get("STANDIN_REPLAY", "{}"))
@@ -84,15 +90,15 @@ with tempfile.TemporaryDirectory(prefix="standin-faults-") as faults:
     keys = []
     for name in sorted(os.listdir(faults)):
         if name.isdigit() and (int(name) == proc.pid or follow_children):
-            keys.append(open(os.path.join(faults, name), encoding="utf-8").read().strip())
+            keys.append(read(os.path.join(faults, name)).strip())
 replay = next((replays[k] for k in keys if k in replays), None)
 if replay is None and rc != 0:
     replay = next((files for key, files in replays.items() if key in " ".join(target)), None)
 text = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
 xml = '<?xml version="1.0" encoding="utf-8"?>\n<ComputeSanitizerOutput>\n</ComputeSanitizerOutput>\n'
 if replay:
-    text = open(replay["text"], encoding="utf-8").read()
+    text = read(replay["text"])
     if replay.get("xml"):
-        xml = open(replay["xml"], encoding="utf-8").read()
+        xml = read(replay["xml"])
 emit(text, xml, bool(replay))
 sys.exit(rc)
