@@ -200,10 +200,25 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.benchmark_disable = True
 
 
+def _wanted_ids(config: pytest.Config) -> set[str]:
+    """The --faulthunt-id values, each also as pytest names it: an id whose file path is absolute
+    or relative to where pytest was started (``/repo/tests/t.py::test_a``, as a user or a shell
+    completion writes it) matches the rootdir-relative node id of the same file."""
+    wanted: set[str] = set()
+    for nodeid in config.getoption("faulthunt_ids", None) or ():
+        wanted.add(nodeid)
+        path, sep, rest = nodeid.partition("::")
+        full = os.path.normpath(os.path.join(config.invocation_params.dir, path))
+        rel = os.path.relpath(full, config.rootpath)
+        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            wanted.add(f"{Path(rel).as_posix()}{sep}{rest}")
+    return wanted
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep only the tests named with --faulthunt-id (faulthunt.nodeids.pytest_selection)."""
-    wanted = set(config.getoption("faulthunt_ids", None) or ())
+    wanted = _wanted_ids(config)
     if not wanted:
         return
     keep: list[pytest.Item] = []

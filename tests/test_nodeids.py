@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from faulthunt.errors import UsageError
@@ -75,3 +77,24 @@ def test_selection_with_the_repeat_step_runs_that_one_step(pytester: pytest.Pyte
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=1, deselected=14)
     result.stdout.fnmatch_lines(["*test_odd?a b-2-3? PASSED*"])
+
+
+def test_selection_by_absolute_or_cwd_relative_path_matches_pytests_id(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An id written with the file's absolute path (the demo's silent tests, a shell completion)
+    or relative to where pytest starts selects the test pytest names relative to its rootdir."""
+    sub = pytester.mkpydir("sub")
+    (sub / "test_m.py").write_text(ODD)
+    pytester.makeini("[pytest]\n")
+    absolute = f"{sub / 'test_m.py'}::test_odd[a b]"
+    result = pytester.runpytest_subprocess("-p", "faulthunt", "-v",
+                                           *pytest_selection([absolute], rootdir=pytester.path))
+    result.assert_outcomes(passed=1, deselected=4)
+    result.stdout.fnmatch_lines(["sub/test_m.py::test_odd?a b? PASSED*"])
+    # the same file named from inside sub/, where the user stands
+    monkeypatch.chdir(sub)
+    result = pytester.run(sys.executable, "-m", "pytest", "-p", "faulthunt", "-v",
+                          f"--rootdir={pytester.path}", "--faulthunt-id=test_m.py::test_plain",
+                          "--", "test_m.py")
+    result.assert_outcomes(passed=1, deselected=5)
+    result.stdout.fnmatch_lines(["test_m.py::test_plain PASSED*"])  # -v names it from the cwd
