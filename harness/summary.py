@@ -425,6 +425,16 @@ def _failure(s: TestSpan, crash: Crash | None) -> dict[str, Any]:
     }
 
 
+#: outcomes outside every rate: they could not fail (skipped, xfailed, xpassed), say nothing of
+#: their test (collateral: the context was already broken) or never ran (lost)
+UNRATED = frozenset({"skipped", "xfailed", "xpassed", "collateral", LOST})
+
+
+def rated_runs(outcomes: Mapping[str, int]) -> int:
+    """Runs that could have failed (passed, failed, error, crashed, hung ...): a rate's denominator."""
+    return sum(int(v) for k, v in outcomes.items() if k not in UNRATED)
+
+
 def _by_test(span_list: list[TestSpan], attributed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     xids_by_test = Counter(x.get("base_nodeid") for x in attributed if x.get("base_nodeid"))
     per_base: dict[str, Counter[str]] = defaultdict(Counter)
@@ -435,7 +445,7 @@ def _by_test(span_list: list[TestSpan], attributed: list[dict[str, Any]]) -> lis
         collateral = counts.get("collateral", 0)
         # Collateral runs say nothing about this test: their context was already broken; a
         # lost one never ran.
-        runs = sum(counts.values()) - collateral - counts.get("skipped", 0) - counts.get(LOST, 0)
+        runs = rated_runs(counts)
         fails = sum(v for k, v in counts.items() if k in FAILING and k != "collateral")
         by_test.append({"base_nodeid": base, "runs": runs, "failures": fails,
                         "rate": round(fails / runs, 6) if runs else 0.0,

@@ -27,10 +27,11 @@ from faulthunt.report.markdown import example_text
 from faulthunt.report.model import Lane, ReportModel
 
 COLOURS = {"passed": "#8fd18f", "failed": "#e8a33d", "error": "#e8a33d", "crashed": "#d9412b",
-           "hung": "#8a55c9", "collateral": "#b8b8b8", "skipped": "#dddddd", "incomplete": "#d9412b"}
+           "hung": "#8a55c9", "collateral": "#b8b8b8", "skipped": "#dddddd", "xfailed": "#dddddd",
+           "xpassed": "#dddddd", "incomplete": "#d9412b"}
 MARKS = {"crash": "#d9412b", "hang": "#8a55c9", "xid": "#1f5fbf", "recycle": "#555555"}
 #: outcomes that are not failures (their spans link nowhere)
-_QUIET = {"passed", "skipped"}
+_QUIET = {"passed", "skipped", "xfailed", "xpassed"}
 WIDTH, LANE_H, LEFT, TOP = 1000, 26, 190, 34
 #: rows in the HTML failures table (report.json has them all)
 MAX_FAILURE_ROWS = 500

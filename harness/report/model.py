@@ -415,8 +415,9 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     # messages are what tests printed and asserted: secrets of known shapes scrubbed
     failures = [dict(f, message=redact_text(f["message"])) if isinstance(f.get("message"), str)
                 else dict(f) for f in summary.get("failures") or []]
+    failures = by_severity(failures, summary.get("xids") or xids)
     lanes, order = _lanes(events, controller, xids)
-    runs = int(summary.get("tests_run") or sum(len(v) for v in order.values()))
+    runs = _rated_runs(summary, order)
     # collateral runs say nothing of their test; lost ones never ran (said apart below)
     failing = [f for f in failures if f.get("outcome") not in ("collateral", "lost")]
     lost = len(failures) - len(failing) - sum(1 for f in failures
@@ -434,6 +435,9 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     # "crashes" only when every failing run took its worker down; otherwise the plain "fails"
     verb = "crashes" if outcomes and set(outcomes) == {"crashed"} else ("hangs" if outcomes and set(outcomes) == {"hung"} else "fails")
     rate_text = f"{nfail} of {runs} runs failed, 95% interval {_pct(lo)}-{_pct(hi)}" if runs else "no test ran"
+    unrated = _unrated(summary)
+    if unrated:
+        rate_text += f" (not counted: {unrated}: they could not fail)"
     who = _workers_failing(summary, failing, len(lanes))
     if who is not None:
         kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items()))
@@ -504,6 +508,52 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         simulated=_simulated(run),
         sanitizer_outcomes=tuple(dict(o) for o in (sanitizer or {}).get("outcomes") or [] if isinstance(o, Mapping)),
         guard=_guard(summary.get("guard")))
+
+
+def _unrated(summary: Mapping[str, Any]) -> str:
+    """``1 skipped, 2 xfailed``: the runs said apart from the rate ("" when none)."""
+    outcomes = summary.get("outcomes")
+    if not isinstance(outcomes, Mapping):
+        return ""
+    return ", ".join(f"{outcomes[k]} {k}" for k in ("skipped", "xfailed", "xpassed")
+                     if outcomes.get(k))
+
+
+def _rated_runs(summary: Mapping[str, Any], order: Mapping[Any, list[dict[str, Any]]]) -> int:
+    """Runs that could have failed: skipped, xfailed, xpassed, collateral and lost runs are
+    outside every rate (a run that skipped says nothing about how often the test fails)."""
+    from faulthunt.summary import rated_runs
+
+    outcomes = summary.get("outcomes")
+    if isinstance(outcomes, Mapping) and outcomes:
+        return rated_runs(outcomes)
+    return int(summary.get("tests_run") or sum(len(v) for v in order.values()))
+
+
+#: the Failures tables' order: what took a worker down first, a plain assertion last
+_SEVERITY = {"crashed": 0, "hung": 1, "xid": 2, "error": 3, "failed": 4}
+
+
+def _severity(f: Mapping[str, Any], xid_keys: set[tuple[Any, Any]]) -> int:
+    outcome = str(f.get("outcome"))
+    if outcome in ("crashed", "hung"):
+        return _SEVERITY[outcome]
+    if (f.get("pid"), f.get("nodeid")) in xid_keys or (None, f.get("nodeid")) in xid_keys:
+        return _SEVERITY["xid"]
+    if outcome == "error" or f.get("phase"):  # a failed fixture: outcome failed, phase set
+        return _SEVERITY["error"]
+    if outcome == "failed":
+        return _SEVERITY["failed"]
+    return len(_SEVERITY)  # collateral, lost, what a newer run may add
+
+
+def by_severity(failures: Sequence[dict[str, Any]],
+                xids: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Failures ordered crashed, hung, Xid-attributed, error, failed (then as recorded), so a
+    crash is never hidden behind a page of assertion failures."""
+    keys = {(x.get("pid"), x.get("nodeid")) for x in xids if x.get("nodeid")}
+    keys |= {(None, nodeid) for _pid, nodeid in keys}
+    return sorted(failures, key=lambda f: _severity(f, keys))
 
 
 def _guard(guard: Any) -> dict[str, Any] | None:

@@ -126,13 +126,22 @@ def headline(summary: Mapping[str, Any]) -> str:
     else:
         workers = f"workers {counts}"
     errors = _error_count(summary)
-    return (f"{summary.get('tests_run', 0)} test runs: {outcomes.get('passed', 0)} passed, "
+    # skipped, xfailed and xpassed runs could not fail: said apart, outside every rate
+    unrated = "".join(f", {outcomes[k]} {k}" for k in ("skipped", "xfailed", "xpassed")
+                      if outcomes.get(k))
+    return (f"{plural(int(summary.get('tests_run') or 0), 'test run')}: "
+            f"{outcomes.get('passed', 0)} passed, "
             f"{len(summary.get('failures', []))} failing ({outcomes.get('collateral', 0)} "
-            f"collateral), {len(summary.get('xids', []))} Xids"
+            f"collateral){unrated}, {plural(len(summary.get('xids', [])), 'Xid')}"
             + (f", {errors} collection error{'s' if errors != 1 else ''}" if errors else "")
             + f"; {workers}"
             + (f"; stopped early: {summary['stopped_early']}" if summary.get("stopped_early")
                else ""))
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 test run``, ``3 test runs``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _error_count(summary: Mapping[str, Any]) -> int:
