@@ -31,7 +31,7 @@ SUITE = {
 
         @pytest.mark.parametrize("s", ["tab\\there", "cr\\rhere"], ids=["tab\\there", "cr\\rhere"])
         def test_ctrl(s):
-            pass
+            assert False
 
         def test_skip():
             pytest.skip("not here")
@@ -45,6 +45,8 @@ SUITE = {
             pass
         """,
     "test_broken.py": "import a_module_that_is_not_installed_xyz\n",
+    # ids keep their control characters raw, as users who turn pytest's escaping off see them
+    "pytest.ini": "[pytest]\ndisable_test_id_escaping_and_forfeit_all_rights_to_community_support = true\n",
 }
 
 
@@ -71,9 +73,9 @@ def test_rates_leave_out_runs_that_could_not_fail(run: tuple[Path, str]) -> None
     assert summary["outcomes"]["xfailed"] == 1 and summary["outcomes"]["xpassed"] == 1
     assert summary["outcomes"]["skipped"] == 1
     m = build_model(run_dir)
-    assert m.rate["failures"] == 34 and m.rate["runs"] == 36  # 32 + crash + hang; + 2 passed
+    assert m.rate["failures"] == 36 and m.rate["runs"] == 36  # 32 + crash + hang + 2 ctrl
     assert "not counted: 1 skipped, 1 xfailed, 1 xpassed" in m.rate["text"]
-    assert "34 of 36 runs" in m.headline
+    assert "36 of 36 runs" in m.headline
     assert "1 skipped, 1 xfailed, 1 xpassed" in out
 
 
@@ -85,7 +87,25 @@ def test_failures_table_puts_crashes_and_hangs_first(run: tuple[Path, str]) -> N
     rows = md.split("## Failures", 1)[1].split("\n\n")[1].splitlines()[2:]
     assert rows[0].startswith("| test_many.py::test_zz_crash | crashed")
     assert rows[1].startswith("| test_many.py::test_zz_hang | hung")
-    assert "... and 4 more (report.json has them all)" in md
+    assert "... and 6 more (report.json has them all)" in md
+
+
+@pytest.mark.slow
+def test_control_characters_in_ids_are_shown_escaped(run: tuple[Path, str]) -> None:
+    """Defect 19: an id's tab or carriage return shows as \\t / \\r in the terminal, the
+    Markdown and the HTML; HTML id cells wrap and keep the whole id in their tooltip."""
+    run_dir, out = run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "test_many.py::test_ctrl[tab\there]" in {t["base_nodeid"] for t in summary["by_test"]}
+    assert "test_ctrl[tab\\there]" in out and "test_ctrl[cr\\rhere]" in out
+    assert "\r" not in out.replace("\r\n", "\n")
+    model = build_model(run_dir)
+    md = render(model, "md")
+    assert "test\\_ctrl[tab\\\\there]" in md or "test_ctrl[tab\\\\there]" in md
+    assert "\t" not in md and "\r" not in md
+    html = render(model, "html")
+    assert "\t" not in html.split("<script", 1)[0] and "\r" not in html
+    assert 'title="test_many.py::test_ctrl[tab\\there]"' in html
 
 
 def test_severity_order_unit() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from faulthunt.records.documents import MappingEntry
+from faulthunt.report.escape import visible
 
 #: collection errors named one by one under the table (the rest are counted)
 SHOWN_ERRORS = 5
@@ -61,7 +62,7 @@ def failing_table(summary: Mapping[str, Any], mapping: Iterable[MappingEntry]) -
         vs = ", ".join(sorted(set(verdicts.get(r["base_nodeid"], []))))
         lo, hi = r["ci95"]
         # ids are data: rich would read "[x/y]" in test_p[x/y] as markup and drop it
-        table.add_row(escape(r["base_nodeid"]), f"{r['failures']} of {r['runs']}",
+        table.add_row(escape(visible(r["base_nodeid"])), f"{r['failures']} of {r['runs']}",
                       f"{r['rate']:.1%}", f"{lo:.1%}-{hi:.1%}", escape(outs), escape(xs or "-"),
                       escape(vs or "-"))
     return table
@@ -164,7 +165,8 @@ def guard_lines(guard: Mapping[str, Any] | None) -> list[str]:
     for c in catches[:SHOWN_CATCHES]:
         text = str(c.get("text") or c.get("verdict"))
         nodeid = c.get("nodeid")
-        out.append(f"  {text}" + (f" (the fault: in {nodeid})" if nodeid and nodeid not in text else ""))
+        out.append(f"  {visible(text)}"
+                   + (f" (the fault: in {visible(nodeid)})" if nodeid and nodeid not in text else ""))
     if len(catches) > SHOWN_CATCHES:
         out.append(f"  ... and {len(catches) - SHOWN_CATCHES} more (mapping.json has them all)")
     return out
@@ -180,7 +182,7 @@ def collection_error_lines(summary: Mapping[str, Any]) -> list[str]:
            "their tests did not run):"]
     for e in errors[:SHOWN_ERRORS]:
         msg = e.get("message") or e.get("longrepr")
-        out.append(f"  {e.get('nodeid') or '?'}" + (f": {msg}" if msg else ""))
+        out.append(f"  {visible(e.get('nodeid') or '?')}" + (f": {visible(msg)}" if msg else ""))
     if n > SHOWN_ERRORS:
         out.append(f"  ... and {n - SHOWN_ERRORS} more (reproducer.log has them all)")
     return out
@@ -205,7 +207,7 @@ def _stop_lines(summary: Mapping[str, Any]) -> list[str]:
         running = list(summary.get("interrupted") or [])
         out.append(f"stopped by {summary['stopped_by']}: pytest and its workers were ended; "
                    + (f"{len(running)} test run(s) were running (outcome interrupted): "
-                      + ", ".join(running[:5]) + (" ..." if len(running) > 5 else "")
+                      + ", ".join(visible(r) for r in running[:5]) + (" ..." if len(running) > 5 else "")
                       if running else "no test was running"))
     if summary.get("leftover_processes"):
         out.append(f"ended {summary['leftover_processes']} process(es) left in pytest's process "
