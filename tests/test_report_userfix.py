@@ -116,3 +116,54 @@ def test_severity_order_unit() -> None:
           {"nodeid": "e", "outcome": "crashed"}, {"nodeid": "f", "outcome": "collateral"}]
     got = [f["nodeid"] for f in by_severity(fs, [{"nodeid": "c", "pid": 7}])]
     assert got == ["e", "d", "c", "b", "a", "f"]
+
+
+@pytest.mark.slow
+def test_reports_name_the_modules_that_failed_to_import(run: tuple[Path, str]) -> None:
+    """Defect 7: report.md and report.html name each module with its first error line."""
+    run_dir, out = run
+    model = build_model(run_dir)
+    line = "ModuleNotFoundError: No module named 'a_module_that_is_not_installed_xyz'"
+    assert model.collection_errors == ({"nodeid": "test_broken.py", "message": line},)
+    md = render(model, "md")
+    assert "## Modules that failed to import" in md
+    assert f"| test\\_broken.py | {line} |" in md or f"| test_broken.py | {line} |" in md
+    html = render(model, "html")
+    assert "Modules that failed to import" in html and "a_module_that_is_not_installed_xyz" in html
+    assert f"test_broken.py: {line}" in out
+
+
+def _nothing_ran(summary: dict[str, object]) -> tuple[str, str]:
+    from faulthunt.report.model import model_from_parts
+
+    m = model_from_parts(run_id="r", run={}, identity={}, summary=summary, mapping=[], sanitizer=None,
+                         events=[], controller=[], xids=[], hang_texts={}, notes=[])
+    return m.headline, render(m, "md")
+
+
+def test_report_of_a_run_where_nothing_ran_says_why_and_the_fix() -> None:
+    """Defect 8: pytest's reason is shown, and the advice fixes the command, not --count."""
+    head, md = _nothing_ran({"tests_run": 0, "no_tests_reason":
+                             "ERROR: file or directory not found: tests/nope.py token=ghp_" + "a" * 36})
+    assert head.startswith("no test ran: ERROR: file or directory not found: tests/nope.py")
+    assert "ghp_" + "a" * 36 not in md
+    assert "raise --count" not in md
+    assert "check the test paths" in md
+    _head, md = _nothing_ran({"tests_run": 0, "collection_errors": [
+        {"nodeid": "t.py", "message": "ImportError: x\nmore"}]})
+    assert "fix the imports" in md and "raise --count" not in md
+    assert "| t.py | ImportError: x |" in md
+
+
+@pytest.mark.parametrize("content", [None, "notes.txt"])
+def test_report_of_an_empty_or_foreign_directory_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None) -> None:
+    """Defect 9: exit 2 with the fix, nothing written."""
+    from faulthunt.cli import main
+
+    if content:
+        (tmp_path / content).write_text("not a run")
+    assert main(["report", "--run", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a faulthunt run directory" in err and "fix:" in err
+    assert not (tmp_path / "report.md").exists()

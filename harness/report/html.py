@@ -459,6 +459,13 @@ def render(model: ReportModel) -> str:
     ]
     if model.by_test:
         sections.append(_section("tests", "Tests", tests_table(model)))
+    if model.collection_errors:
+        sections.append(_section(
+            "collection-errors", "Modules that failed to import",
+            "<p>Their tests never ran (pytest's first error line; reproducer.log has the rest).</p>"
+            + _table("collection-errors-table", [("module", "text"), ("error", "text")],
+                     ["<tr>" + _td(e.get("nodeid"), "id") + _td(e.get("message")) + "</tr>"
+                      for e in model.collection_errors])))
     if model.failures:
         sections.append(_section("failures", "Failures", failures_table(model)))
     xid_note = (f"<p>Xid lines of the simulated kernel log ({SIMULATED}: no GPU wrote them).</p>"

@@ -142,6 +142,13 @@ def render(model: ReportModel) -> str:
         L += ["## Tests", ""]
         L += tests_table(model)
         L += [""]
+    if model.collection_errors:
+        L += ["## Modules that failed to import", "",
+              "Their tests never ran (pytest's first error line; reproducer.log has the rest).", ""]
+        L += _table(["module", "error"],
+                    [[md_cell(e.get("nodeid")), md_cell(e.get("message"), newlines="space")]
+                     for e in model.collection_errors])
+        L += [""]
     if model.failures:
         L += ["## Failures", ""]
         L += failures_table(model)

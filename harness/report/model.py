@@ -56,6 +56,10 @@ class ReportModel:
     sanitizer_outcomes: tuple[dict[str, Any], ...] = ()
     #: what guard mode did (summary.json ``guard`` and its one line, ``line``); None: not guarded
     guard: dict[str, Any] | None = None
+    #: modules that failed to import: ``{nodeid, message}`` with pytest's first error line
+    collection_errors: tuple[dict[str, Any], ...] = ()
+    #: what pytest said when no test ran (its usage error, "no tests collected"); None otherwise
+    no_tests_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report.json object (same content as the Markdown)."""
@@ -400,10 +404,23 @@ def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
     if few and not steps:
         steps.append("The failure is flaky: `faulthunt isolate NODEID` checks whether it needs a "
                      "predecessor test; `faulthunt bisect` finds the commit that made it start.")
-    if not failures and not xids:
+    if not summary.get("tests_run") and not summary.get("stopped_by"):
+        steps.append(_nothing_ran_step(summary))
+    elif not failures and not xids:
         steps.append("Nothing failed in this run: raise --count or -n until the failure shows, "
                      "then report again.")
     return steps
+
+
+def _nothing_ran_step(summary: Mapping[str, Any]) -> str:
+    """The fix when no test ran: more --count cannot help a command that runs nothing."""
+    if summary.get("collection_errors") or summary.get("collection_error_count"):
+        return ("No test ran: every collected module failed to import (listed above); fix the "
+                "imports (install what is missing, set PYTHONPATH or the rootdir) and run again.")
+    reason = summary.get("no_tests_reason")
+    said = f" ({redact_text(str(reason))})" if reason else ""
+    return (f"No test ran{said}: check the test paths, the -k expression and the pytest options "
+            "of the command above (reproducer.log has pytest's whole output), then run again.")
 
 
 def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[str, Any],
@@ -434,7 +451,9 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     outcomes = _count(f.get("outcome") for f in failing)
     # "crashes" only when every failing run took its worker down; otherwise the plain "fails"
     verb = "crashes" if outcomes and set(outcomes) == {"crashed"} else ("hangs" if outcomes and set(outcomes) == {"hung"} else "fails")
-    rate_text = f"{nfail} of {runs} runs failed, 95% interval {_pct(lo)}-{_pct(hi)}" if runs else "no test ran"
+    reason = summary.get("no_tests_reason")
+    rate_text = (f"{nfail} of {runs} runs failed, 95% interval {_pct(lo)}-{_pct(hi)}" if runs else
+                 f"no test ran: {redact_text(str(reason))}" if reason else "no test ran")
     unrated = _unrated(summary)
     if unrated:
         rate_text += f" (not counted: {unrated}: they could not fail)"
@@ -507,7 +526,22 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                                                if isinstance(n, str))]),
         simulated=_simulated(run),
         sanitizer_outcomes=tuple(dict(o) for o in (sanitizer or {}).get("outcomes") or [] if isinstance(o, Mapping)),
-        guard=_guard(summary.get("guard")))
+        guard=_guard(summary.get("guard")),
+        collection_errors=tuple(_collection_errors(summary)),
+        no_tests_reason=(redact_text(str(summary["no_tests_reason"]))
+                         if summary.get("no_tests_reason") else None))
+
+
+def _collection_errors(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each module that failed to import with the first line of its error (secrets scrubbed)."""
+    out = []
+    for e in summary.get("collection_errors") or []:
+        if isinstance(e, Mapping):
+            text = str(e.get("message") or e.get("longrepr") or "").strip()
+            first = text.splitlines()[0] if text else None
+            out.append({"nodeid": e.get("nodeid"),
+                        "message": redact_text(first) if first else None})
+    return out
 
 
 def _unrated(summary: Mapping[str, Any]) -> str:
