@@ -145,6 +145,26 @@ def _pct(x: float) -> str:
 
 
 def _reproduce(run: Mapping[str, Any]) -> str | None:
+    """The command that makes the run again; for a merged run, each input's own command (the
+    merge command reproduces nothing)."""
+    sources = run.get("merged_from")
+    if isinstance(sources, list) and sources:
+        return _reproduce_merged([s for s in sources if isinstance(s, Mapping)])
+    return _command(run)
+
+
+def _reproduce_merged(sources: Sequence[Mapping[str, Any]]) -> str | None:
+    """``# on vm, vm-2`` above each distinct input command, in the order of the inputs."""
+    by_command: dict[str, list[str]] = {}
+    for src in sources:
+        cmd = _command(src) or "(command not recorded: the input's run.json had no argv)"
+        by_command.setdefault(cmd, []).append(str(src.get("runner") or src.get("id") or "?"))
+    if not by_command:
+        return None
+    return "\n".join(f"# on {', '.join(runners)}\n{cmd}" for cmd, runners in by_command.items())
+
+
+def _command(run: Mapping[str, Any]) -> str | None:
     import shlex
     argv = run.get("argv")
     if isinstance(argv, list) and argv:
