@@ -167,3 +167,31 @@ def test_report_of_an_empty_or_foreign_directory_is_a_usage_error(
     err = capsys.readouterr().err
     assert "is not a faulthunt run directory" in err and "fix:" in err
     assert not (tmp_path / "report.md").exists()
+
+
+def test_hang_stacks_cut_at_lines_and_grouped() -> None:
+    """Defect 25: a long stack is cut at a line boundary with a count of the rest and its file;
+    workers stuck in the same place (pids, addresses differ) share one stack."""
+    from faulthunt.report.model import STACK_CHARS, model_from_parts
+
+    frames = "".join(f"    frame_{i} (mod.py:{i})\n    0x7f{i:08x} (libcuda.so)\n" for i in range(400))
+
+    def dump(pid: int) -> str:
+        return f"Process {pid}: python -m pytest\nThread {pid} (active): \"MainThread\"\n{frames}"
+
+    events = [{"event": "hang", "nodeid": f"t.py::test_h[{w}]", "worker": w, "pid": pid, "timeout": 3,
+               "pyspy": f"hangs/{w}-{pid}-1.py-spy.txt"} for w, pid in (("gw0", 11), ("gw1", 22), ("gw3", 33))]
+    texts = {e["pyspy"]: dump(e["pid"]) for e in events}
+    texts["hangs/gw3-33-1.py-spy.txt"] = dump(33).replace("frame_5 ", "frame_other ")
+    m = model_from_parts(run_id="r", run={}, identity={}, summary={"tests_run": 3}, mapping=[],
+                         sanitizer=None, events=events, controller=[], xids=[], hang_texts=texts, notes=[])
+    first, second, third = m.hangs
+    assert len(first["stack"]) <= STACK_CHARS + 80
+    *body, tail = first["stack"].splitlines()
+    assert all(line in texts[events[0]["pyspy"]].splitlines() for line in body)  # whole lines
+    assert tail == f"\u2026 {802 - len(body)} more lines (hangs/gw0-11-1.py-spy.txt)"
+    assert first["same_stack_in"] == ["gw1"] and second["same_as"] == "gw0" and second["stack"] is None
+    assert third["stack"] and third["same_as"] is None
+    md = render(m, "md")
+    assert "Stack (py-spy; the same stack in gw1):" in md and "Same stack as gw0 (above)." in md
+    assert md.count("frame_0 (mod.py:0)") == 2

@@ -394,8 +394,12 @@ def hangs_section(model: ReportModel) -> str:
     for h in model.hangs:
         out.append(f"<h3>{_e(visible(h.get('nodeid')))}</h3><p>worker {_e(h.get('worker'))}, pid {_e(h.get('pid'))}, "
                    f"timeout {_e(h.get('timeout'))} s</p>")
-        if h.get("stack"):
-            out.append(f"<details open><summary>Stack ({_e(h.get('stack_source'))})</summary>"
+        also = (f"; the same stack in {', '.join(h['same_stack_in'])}"
+                if h.get("same_stack_in") else "")
+        if h.get("same_as"):
+            out.append(f"<p>Same stack as {_e(h['same_as'])} (above).</p>")
+        elif h.get("stack"):
+            out.append(f"<details open><summary>Stack ({_e(h.get('stack_source'))}{_e(also)})</summary>"
                        f"<pre class=\"stack\"><code>{_e(str(h['stack']).rstrip())}</code></pre></details>")
         else:
             out.append(f"<p>No stack: {_e(h.get('why_no_stack'))}</p>")

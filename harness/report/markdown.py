@@ -185,8 +185,13 @@ def render(model: ReportModel) -> str:
         for h in model.hangs:
             L += [f"### {md_text(h.get('nodeid'))} (worker {md_text(h.get('worker'))}, pid {md_text(h.get('pid'))}, "
                   f"timeout {md_text(h.get('timeout'))} s)", ""]
-            if h.get("stack"):
-                L += [f"Stack ({md_text(h.get('stack_source'))}):", "", *md_fence(h["stack"].rstrip()), ""]
+            if h.get("same_as"):
+                L += [f"Same stack as {md_text(h['same_as'])} (above).", ""]
+            elif h.get("stack"):
+                also = (f"; the same stack in {md_text(', '.join(h['same_stack_in']))}"
+                        if h.get("same_stack_in") else "")
+                L += [f"Stack ({md_text(h.get('stack_source'))}{also}):", "",
+                      *md_fence(h["stack"].rstrip()), ""]
             else:
                 L += [f"No stack: {md_text(h.get('why_no_stack'), newlines='space')}", ""]
     e = model.environment

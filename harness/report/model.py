@@ -8,6 +8,7 @@ counted and noted) and :func:`model_from_parts` derives the model.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,7 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
         if isinstance(rec, Hang):
             for rel in (rec.pyspy, rec.faulthandler):
                 if rel:
-                    hang_texts[rel] = run.text(rel, limit=4000)
+                    hang_texts[rel] = run.text(rel, limit=STACK_READ_CHARS)
     notes.extend(_problem_notes(run))
     info = docs[Layout.RUN]
     identity = docs[Layout.IDENTITY]
@@ -127,6 +128,68 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
         summary=summary, mapping=[m.to_json() for m in mapping or ()],
         sanitizer=sanitizer.to_json() if sanitizer is not None else None,
         events=events, controller=controller, xids=xids, hang_texts=hang_texts, notes=notes)
+
+
+#: a hang's stack in the report: whole lines up to this many characters, then a count of the rest
+STACK_CHARS = 4000
+#: what is read of a dump file (the count of lines left out is exact below this size)
+STACK_READ_CHARS = 1 << 20
+
+
+def cut_stack(text: str, rel: str, limit: int = STACK_CHARS) -> str:
+    """``text`` cut at a line boundary near ``limit`` characters, with ``... N more lines (rel)``."""
+    lines = text.rstrip("\n").splitlines()
+    kept: list[str] = []
+    size = 0
+    for line in lines:
+        if kept and size + len(line) + 1 > limit:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    rest = len(lines) - len(kept)
+    if rest:
+        kept.append(f"\u2026 {rest} more line{'s' if rest != 1 else ''} ({rel})")
+    return "\n".join(kept)
+
+
+def _stack_key(text: str, pid: Any) -> str:
+    """A stack with what differs between processes stuck in the same place taken out: the pid,
+    addresses (ASLR), the dump's time."""
+    key = re.sub(r"0x[0-9a-fA-F]+", "0x", text)
+    key = re.sub(r" at \d+(\.\d+)?", " at T", key)
+    if pid is None:
+        return key
+    return re.sub(rf"\b(Process|Thread|pid) {int(pid)}\b", r"\1 PID", key)
+
+
+def _hangs(events: Sequence[Mapping[str, Any]], hang_texts: Mapping[str, str | None]) -> list[dict[str, Any]]:
+    """Each hang with its stack (py-spy, else faulthandler), cut at line boundaries; a stack the
+    same as an earlier hang's is said once: ``same_stack_in`` on the first, ``same_as`` on the rest."""
+    hangs: list[dict[str, Any]] = []
+    first_of: dict[str, dict[str, Any]] = {}
+    for rec in events:
+        if rec.get("event") != "hang":
+            continue
+        stack = source = whole = None
+        for key, name in (("pyspy", "py-spy"), ("faulthandler", "faulthandler")):
+            rel = rec.get(key)
+            if isinstance(rel, str) and hang_texts.get(rel):
+                whole = redact_text(hang_texts[rel] or "")  # py-spy --locals shows values
+                stack, source = cut_stack(whole, rel), name
+                break
+        hang = {"nodeid": rec.get("nodeid"), "worker": rec.get("worker"), "pid": rec.get("pid"),
+                "timeout": rec.get("timeout"), "stack": stack, "stack_source": source,
+                "why_no_stack": None if stack else (rec.get("pyspy_error") or rec.get("faulthandler_error")
+                                                    or "no dump file in the run directory"),
+                "same_stack_in": [], "same_as": None}
+        if whole is not None:
+            first = first_of.setdefault(f"{source}\0{_stack_key(whole, rec.get('pid'))}", hang)
+            if first is not hang:
+                first["same_stack_in"].append(str(rec.get("worker")))
+                hang["same_as"] = str(first.get("worker"))
+                hang["stack"] = None
+        hangs.append(hang)
+    return hangs
 
 
 def _problem_notes(run: RunDir, limit: int = 10) -> list[str]:
@@ -492,21 +555,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         headline += (f"; {len(errors)} module{'s' if len(errors) != 1 else ''} failed to "
                      "import (their tests never ran)")
     decoded = [_decode_xid(x, mapping) for x in (summary.get("xids") or xids)]
-    hangs = []
-    for rec in events:
-        if rec.get("event") == "hang":
-            stack = None
-            for key in ("pyspy", "faulthandler"):
-                rel = rec.get(key)
-                if isinstance(rel, str) and hang_texts.get(rel):
-                    stack = redact_text(hang_texts[rel] or "")  # py-spy --locals shows values
-                    break
-            hangs.append({"nodeid": rec.get("nodeid"), "worker": rec.get("worker"), "pid": rec.get("pid"),
-                          "timeout": rec.get("timeout"), "stack": stack,
-                          "stack_source": "py-spy" if stack and rec.get("pyspy") and hang_texts.get(rec["pyspy"]) else
-                          ("faulthandler" if stack else None),
-                          "why_no_stack": None if stack else (rec.get("pyspy_error") or rec.get("faulthandler_error")
-                                                              or "no dump file in the run directory")})
+    hangs = _hangs(events, hang_texts)
     findings = list((sanitizer or {}).get("findings") or [])
     gpus = identity.get("gpus") or []
     # keys as faulthunt.identity.collect_basic() writes them (docs/rundir.md identity.json)
