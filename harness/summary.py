@@ -512,7 +512,10 @@ def _workers(span_list: list[TestSpan], controller: list[Any],
         "processes": len({s.pid for s in span_list if s.outcome != LOST}),
         "slots": slots, "restarts": restarts, "slot_of": dict(sorted(slot_of.items())),
         "recycled": sum(1 for c in controller if isinstance(c, Recycled)),
-        "crashed": kinds.get("crashed", 0), "hung": kinds.get("hung", 0),
+        # without xdist no controller sees the hang end the process: the span says it (the
+        # table counts the same spans, so the two never disagree)
+        "crashed": kinds.get("crashed", 0),
+        "hung": max(kinds.get("hung", 0), sum(1 for s in span_list if s.outcome == "hung")),
         "lost": sum(1 for s in span_list if s.outcome == LOST),
     }
 
@@ -532,6 +535,11 @@ def _subtests(span_list: list[TestSpan]) -> dict[str, int]:
     for s in span_list:
         total.update(s.subtests or {})
     return dict(sorted(total.items()))
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 test run``, ``3 test runs``, ``0 Xids``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _notes(summary: Mapping[str, Any], span_list: list[TestSpan],
@@ -559,11 +567,12 @@ def _notes(summary: Mapping[str, Any], span_list: list[TestSpan],
                      "rerun passed (a rerun hides a flaky failure; faulthunt hunts them)")
     lost = summary["workers"].get("lost") or 0
     if lost:
-        notes.append(f"{lost} test(s) lost: their worker died between two tests, before they "
-                     "started (xdist blames the queued test); not counted as runs or failures")
+        notes.append(f"{plural(lost, 'test')} lost: their worker died between two tests, before "
+                     "they started (xdist blames the queued test); not counted as runs or failures")
     if summary.get("collection_errors"):
         n = len(summary["collection_errors"])
-        notes.append(f"{n} collection error(s): the tests of those modules never ran")
+        notes.append(f"{plural(n, 'collection error')}: the tests of "
+                     f"{'those modules' if n != 1 else 'that module'} never ran")
     sub = summary.get("subtests") or {}
     if sub:
         notes.append("subtests: " + ", ".join(f"{v} {k}" for k, v in sub.items())

@@ -195,3 +195,19 @@ def test_hang_stacks_cut_at_lines_and_grouped() -> None:
     md = render(m, "md")
     assert "Stack (py-spy; the same stack in gw1):" in md and "Same stack as gw0 (above)." in md
     assert md.count("frame_0 (mod.py:0)") == 2
+
+
+def test_one_run_is_singular_and_hung_counts_agree_without_xdist() -> None:
+    """Defect 24: "1 test run" (not "1 test runs"); with -n 0 a hang has no controller crash
+    record, and the workers' hung count still agrees with the table's hung run."""
+    from faulthunt.report.terminal import headline
+    from faulthunt.summary import build_summary
+
+    base = {"base_nodeid": "t.py::test_h", "nodeid": "t.py::test_h", "worker": "main", "pid": 5}
+    events = [{"event": "start", **base, "t": 1.0, "t_mono": 1.0},
+              {"event": "end", **base, "t": 3.0, "t_mono": 3.0, "outcome": "hung", "duration": 2.0}]
+    summary = build_summary(events, [], [])
+    assert summary["workers"]["hung"] == 1 == summary["by_test"][0]["outcomes"]["hung"]
+    line = headline(summary)
+    assert line.startswith("1 test run: 0 passed, 1 failing") and "hung 1" in line
+    assert ", 1 Xid;" in headline({**summary, "xids": [{"xid": 31}]})

@@ -15,6 +15,7 @@ from typing import Any
 
 from faulthunt.records.documents import MappingEntry
 from faulthunt.report.escape import visible
+from faulthunt.summary import plural
 
 #: collection errors named one by one under the table (the rest are counted)
 SHOWN_ERRORS = 5
@@ -140,11 +141,6 @@ def headline(summary: Mapping[str, Any]) -> str:
                else ""))
 
 
-def plural(n: int, noun: str) -> str:
-    """``1 test run``, ``3 test runs``."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
 def _error_count(summary: Mapping[str, Any]) -> int:
     errors = summary.get("collection_errors") or []
     return max(len(errors), int(summary.get("collection_error_count") or 0))
@@ -206,7 +202,8 @@ def _stop_lines(summary: Mapping[str, Any]) -> list[str]:
     if summary.get("stopped_by"):
         running = list(summary.get("interrupted") or [])
         out.append(f"stopped by {summary['stopped_by']}: pytest and its workers were ended; "
-                   + (f"{len(running)} test run(s) were running (outcome interrupted): "
+                   + (f"{plural(len(running), 'test run')} "
+                      f"{'was' if len(running) == 1 else 'were'} running (outcome interrupted): "
                       + ", ".join(visible(r) for r in running[:5]) + (" ..." if len(running) > 5 else "")
                       if running else "no test was running"))
     if summary.get("leftover_processes"):
