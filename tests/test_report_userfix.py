@@ -211,3 +211,35 @@ def test_one_run_is_singular_and_hung_counts_agree_without_xdist() -> None:
     line = headline(summary)
     assert line.startswith("1 test run: 0 passed, 1 failing") and "hung 1" in line
     assert ", 1 Xid;" in headline({**summary, "xids": [{"xid": 31}]})
+
+
+@pytest.mark.slow
+def test_no_mapping_note_on_a_run_without_xids(run: tuple[Path, str]) -> None:
+    """Defect 16: nothing to map is not a problem of the run directory."""
+    run_dir, _ = run
+    assert not (run_dir / "mapping.json").exists()
+    assert not any("mapping.json" in n for n in build_model(run_dir).notes)
+
+
+def test_mapping_missing_is_still_said_when_there_are_xids(tmp_path: Path) -> None:
+    (tmp_path / "run.json").write_text('{"id": "r"}')
+    (tmp_path / "xid.jsonl").write_text('{"xid": 31, "pid": 5, "message": "MMU Fault"}\n')
+    assert "mapping.json missing" in build_model(tmp_path).notes
+
+
+def test_notes_keep_their_code_spans_in_markdown() -> None:
+    """Defect 17: a note's `command` renders as code; the data around it stays escaped."""
+    from markdown_it import MarkdownIt
+
+    from faulthunt.report.model import model_from_parts
+
+    note = ("test order shuffled by pytest-randomly, seed 7: replay it with "
+            "`-- -p randomly --randomly-seed=7`")
+    m = model_from_parts(run_id="r", run={}, identity={}, summary={"tests_run": 1, "notes": [
+        note, "NOT REPEATED: e.g. t.py::test_a[*x*|y]: no"]}, mapping=[], sanitizer=None, events=[],
+        controller=[], xids=[], hang_texts={}, notes=[])
+    md = render(m, "md")
+    html = MarkdownIt("commonmark").render(md)
+    assert "<code>-- -p randomly --randomly-seed=7</code>" in html
+    assert "t.py::test_a[*x*|y]" in html and "<em>" not in html
+    assert "<code>-- -p randomly --randomly-seed=7</code>" in render(m, "html")

@@ -47,6 +47,26 @@ def md_text(value: Any, *, newlines: str = "escape") -> str:
     return _CONTROL.sub(lambda m: f"\\\\x{ord(m.group(0)):02x}", s)
 
 
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+
+def md_note(value: Any) -> str:
+    """A sentence faulthunt wrote, as Markdown: its `code` spans stay code spans (a command to
+    copy), everything else is data-escaped as by :func:`md_text`. Unpaired backticks: all text."""
+    s = str(value)
+    out: list[str] = []
+    at = 0
+    for m in _CODE_SPAN.finditer(s):
+        out.append(md_text(s[at:m.start()], newlines="space"))
+        out.append(md_code(m.group(2)))
+        at = m.end()
+    rest = s[at:]
+    if "`" in rest:  # an unpaired backtick: nothing of this sentence is trusted as markup
+        return md_text(s, newlines="space")
+    out.append(md_text(rest, newlines="space"))
+    return "".join(out)
+
+
 def md_cell(value: Any, *, newlines: str = "escape") -> str:
     """A table cell: ``-`` for nothing, else :func:`md_text`."""
     if value is None or value == "":

@@ -486,7 +486,7 @@ def render(model: ReportModel) -> str:
                              "<ol>" + "".join(f"<li>{_inline(s)}</li>" for s in model.next_steps) + "</ol>"))
     if model.notes:
         sections.append(_section("notes", "Notes on this run directory",
-                                 "<ul>" + "".join(f"<li>{_e(n)}</li>" for n in model.notes) + "</ul>"))
+                                 "<ul>" + "".join(f"<li>{_inline(n)}</li>" for n in model.notes) + "</ul>"))
     nav = "<nav>" + "".join(f'<a href="#{sid}">{label}</a>' for sid, label in (
         ("pictures", "rate"), ("timeline-section", "timeline"), ("tests", "tests"), ("failures", "failures"),
         ("xids", "Xids"), ("sanitizer", "sanitizer"), ("environment", "environment"), ("next", "next"))) + "</nav>"

@@ -12,7 +12,7 @@ from typing import Any
 
 from faulthunt.report.common import (allocation_text, clip, failing_tests, gpu_text, headline,
                                      outcome_text, rate_text)
-from faulthunt.report.escape import md_cell, md_code, md_fence, md_text
+from faulthunt.report.escape import md_cell, md_code, md_fence, md_note, md_text
 from faulthunt.report.model import ReportModel
 
 #: failure rows in the table (report.json has them all)
@@ -218,7 +218,7 @@ def render(model: ReportModel) -> str:
     L += [f"{i}. {s}" for i, s in enumerate(model.next_steps, 1)]
     if model.notes:
         L += ["", "## Notes on this run directory", ""]
-        L += [f"- {md_text(n, newlines='space')}" for n in model.notes]
+        L += [f"- {md_note(n)}" for n in model.notes]
     return "\n".join(L).rstrip() + "\n"
 
 

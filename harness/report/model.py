@@ -90,7 +90,9 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
     xids = [x.to_json() for x in run.xids()]
     damaged = {p.file for p in run.problems()}
     for name, doc in docs.items():
-        if doc is None and name not in damaged:
+        # no Xid, nothing to map: a run without mapping.json lacks nothing
+        nothing_to_map = name == Layout.MAPPING and not xids
+        if doc is None and name not in damaged and not nothing_to_map:
             notes.append(f"{name} missing")
     for name, counted in run.skipped_lines().items():
         if counted:
