@@ -85,9 +85,9 @@ def _testcase(parent: ET.Element, t: Mapping[str, Any], failures: Sequence[Mappi
         el.text = _x("\n".join(text))
         counts = (1, 0, 0) if tag == "failure" else (0, 1, 0)
     elif runs == 0 and any(outcomes.get(k) for k in ("skipped", "xfailed", "xpassed")):
-        kinds = ", ".join(f"{outcomes[k]} {k}" for k in ("skipped", "xfailed", "xpassed")
-                          if outcomes.get(k))
-        ET.SubElement(case, "skipped", message=f"no run could fail ({kinds})")
+        unrated = ", ".join(f"{outcomes[k]} {k}" for k in ("skipped", "xfailed", "xpassed")
+                            if outcomes.get(k))
+        ET.SubElement(case, "skipped", message=f"no run could fail ({unrated})")
         counts = (0, 0, 1)
     else:
         counts = (0, 0, 0)

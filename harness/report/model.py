@@ -179,7 +179,7 @@ def _hangs(events: Sequence[Mapping[str, Any]], hang_texts: Mapping[str, str | N
                 whole = redact_text(hang_texts[rel] or "")  # py-spy --locals shows values
                 stack, source = cut_stack(whole, rel), name
                 break
-        hang = {"nodeid": rec.get("nodeid"), "worker": rec.get("worker"), "pid": rec.get("pid"),
+        hang: dict[str, Any] = {"nodeid": rec.get("nodeid"), "worker": rec.get("worker"), "pid": rec.get("pid"),
                 "timeout": rec.get("timeout"), "stack": stack, "stack_source": source,
                 "why_no_stack": None if stack else (rec.get("pyspy_error") or rec.get("faulthandler_error")
                                                     or "no dump file in the run directory"),
@@ -459,10 +459,7 @@ def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
             steps.append(f"Xid {spread.get('xid')} repeats on GPU {','.join(map(str, spread.get('devices') or []))} "
                          "across different tests: suspect the machine; run `faulthunt doctor` and the suite "
                          "pinned to another GPU (`--gpus`) before blaming the code.")
-    machine = [x for x in xids if str(x.get("category") or "").startswith(("hw", "machine", "driver"))]
-    if machine:
-        steps.append(f"Xid {machine[0].get('xid')} is classed {machine[0].get('category')}: not the "
-                     "application; check the node (nvidia-smi -q, reset/drain) first.")
+    steps += _machine_steps(xids)
     sticky = [f for f in failures if f.get("sticky_cuda_error")]
     if sticky:
         steps.append("Sticky CUDA errors poison the context, so the failing line may be later than the "
@@ -494,6 +491,23 @@ def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
     elif not failures and not xids:
         steps.append("Nothing failed in this run: raise --count or -n until the failure shows, "
                      "then report again.")
+    return steps
+
+
+def _machine_steps(xids: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One step per Xid number that is the machine's or the driver's, in the catalog's words
+    (faulthunt.kernlog.catalog): its remedy is NVIDIA's, never one of ours."""
+    from faulthunt.kernlog.catalog import classify
+
+    steps = []
+    for number in dict.fromkeys(x.get("xid") for x in xids):
+        if not isinstance(number, int):
+            continue
+        entry = classify(number)
+        if entry.culprit in ("machine", "driver"):
+            whose = "the machine's" if entry.culprit == "machine" else "the driver's"
+            steps.append(f"Xid {number} ({entry.description}) is {whose}, not your code: "
+                         f"{entry.action}")
     return steps
 
 
