@@ -463,8 +463,8 @@ def _by_device(span_list: list[TestSpan], attributed: list[dict[str, Any]],
     only = visible[0] if visible is not None and len(visible) == 1 else None
     by_device: dict[str, dict[str, Any]] = {}
     for s in span_list:
-        if s.outcome == LOST:
-            continue
+        if s.outcome in UNRATED and s.outcome != "collateral":
+            continue  # lost, skipped, xfailed, xpassed: not runs that could fail on this GPU
         label = s.device or only or "unpinned"
         row = by_device.setdefault(label, {"device": label, "runs": 0, "failures": 0, "xids": 0})
         row["runs"] += 1

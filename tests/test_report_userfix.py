@@ -72,6 +72,7 @@ def test_rates_leave_out_runs_that_could_not_fail(run: tuple[Path, str]) -> None
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["outcomes"]["xfailed"] == 1 and summary["outcomes"]["xpassed"] == 1
     assert summary["outcomes"]["skipped"] == 1
+    assert [d["runs"] for d in summary["by_device"]] == [36]  # the per-GPU rate too
     m = build_model(run_dir)
     assert m.rate["failures"] == 36 and m.rate["runs"] == 36  # 32 + crash + hang + 2 ctrl
     assert "not counted: 1 skipped, 1 xfailed, 1 xpassed" in m.rate["text"]
