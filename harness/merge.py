@@ -50,9 +50,11 @@ def rewrite_record(rec: dict[str, Any], label: str, index: int) -> dict[str, Any
     """One record with its worker prefixed, its pid made unique, and its runner named (pure)."""
     out = dict(rec)
     out["runner"] = label
-    worker = out.get("worker")
-    if isinstance(worker, str) and worker and not worker.startswith(f"{label}/"):
-        out["worker"] = f"{label}/{worker}"
+    # a worker's slot (worker_up) is named like a worker: gw0 of two runners are two slots
+    for key in ("worker", "slot"):
+        name = out.get(key)
+        if isinstance(name, str) and name and not name.startswith(f"{label}/"):
+            out[key] = f"{label}/{name}"
     pid = out.get("pid")
     if isinstance(pid, int) and not isinstance(pid, bool):
         out["host_pid"] = pid

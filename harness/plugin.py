@@ -563,7 +563,10 @@ def _combine(reports: list[tuple[pytest.TestReport, str | None, str | None]]) ->
             elif outcome in ("passed", "skipped"):
                 outcome = "error"
         elif rep.skipped and outcome == "passed":
-            outcome = "skipped"
+            # an expected failure is not a skip, and neither can fail: both stay out of rates
+            outcome = "xfailed" if hasattr(rep, "wasxfail") else "skipped"
+        elif rep.when == "call" and hasattr(rep, "wasxfail") and outcome == "passed":
+            outcome = "xpassed"  # a non-strict xfail that passed (strict ones fail above)
         else:
             continue
         if text is not None:

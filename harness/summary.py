@@ -425,6 +425,16 @@ def _failure(s: TestSpan, crash: Crash | None) -> dict[str, Any]:
     }
 
 
+#: outcomes outside every rate: they could not fail (skipped, xfailed, xpassed), say nothing of
+#: their test (collateral: the context was already broken) or never ran (lost)
+UNRATED = frozenset({"skipped", "xfailed", "xpassed", "collateral", LOST})
+
+
+def rated_runs(outcomes: Mapping[str, int]) -> int:
+    """Runs that could have failed (passed, failed, error, crashed, hung ...): a rate's denominator."""
+    return sum(int(v) for k, v in outcomes.items() if k not in UNRATED)
+
+
 def _by_test(span_list: list[TestSpan], attributed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     xids_by_test = Counter(x.get("base_nodeid") for x in attributed if x.get("base_nodeid"))
     per_base: dict[str, Counter[str]] = defaultdict(Counter)
@@ -435,7 +445,7 @@ def _by_test(span_list: list[TestSpan], attributed: list[dict[str, Any]]) -> lis
         collateral = counts.get("collateral", 0)
         # Collateral runs say nothing about this test: their context was already broken; a
         # lost one never ran.
-        runs = sum(counts.values()) - collateral - counts.get("skipped", 0) - counts.get(LOST, 0)
+        runs = rated_runs(counts)
         fails = sum(v for k, v in counts.items() if k in FAILING and k != "collateral")
         by_test.append({"base_nodeid": base, "runs": runs, "failures": fails,
                         "rate": round(fails / runs, 6) if runs else 0.0,
@@ -453,8 +463,8 @@ def _by_device(span_list: list[TestSpan], attributed: list[dict[str, Any]],
     only = visible[0] if visible is not None and len(visible) == 1 else None
     by_device: dict[str, dict[str, Any]] = {}
     for s in span_list:
-        if s.outcome == LOST:
-            continue
+        if s.outcome in UNRATED and s.outcome != "collateral":
+            continue  # lost, skipped, xfailed, xpassed: not runs that could fail on this GPU
         label = s.device or only or "unpinned"
         row = by_device.setdefault(label, {"device": label, "runs": 0, "failures": 0, "xids": 0})
         row["runs"] += 1
@@ -502,7 +512,10 @@ def _workers(span_list: list[TestSpan], controller: list[Any],
         "processes": len({s.pid for s in span_list if s.outcome != LOST}),
         "slots": slots, "restarts": restarts, "slot_of": dict(sorted(slot_of.items())),
         "recycled": sum(1 for c in controller if isinstance(c, Recycled)),
-        "crashed": kinds.get("crashed", 0), "hung": kinds.get("hung", 0),
+        # without xdist no controller sees the hang end the process: the span says it (the
+        # table counts the same spans, so the two never disagree)
+        "crashed": kinds.get("crashed", 0),
+        "hung": max(kinds.get("hung", 0), sum(1 for s in span_list if s.outcome == "hung")),
         "lost": sum(1 for s in span_list if s.outcome == LOST),
     }
 
@@ -522,6 +535,11 @@ def _subtests(span_list: list[TestSpan]) -> dict[str, int]:
     for s in span_list:
         total.update(s.subtests or {})
     return dict(sorted(total.items()))
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 test run``, ``3 test runs``, ``0 Xids``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _notes(summary: Mapping[str, Any], span_list: list[TestSpan],
@@ -549,11 +567,12 @@ def _notes(summary: Mapping[str, Any], span_list: list[TestSpan],
                      "rerun passed (a rerun hides a flaky failure; faulthunt hunts them)")
     lost = summary["workers"].get("lost") or 0
     if lost:
-        notes.append(f"{lost} test(s) lost: their worker died between two tests, before they "
-                     "started (xdist blames the queued test); not counted as runs or failures")
+        notes.append(f"{plural(lost, 'test')} lost: their worker died between two tests, before "
+                     "they started (xdist blames the queued test); not counted as runs or failures")
     if summary.get("collection_errors"):
         n = len(summary["collection_errors"])
-        notes.append(f"{n} collection error(s): the tests of those modules never ran")
+        notes.append(f"{plural(n, 'collection error')}: the tests of "
+                     f"{'those modules' if n != 1 else 'that module'} never ran")
     sub = summary.get("subtests") or {}
     if sub:
         notes.append("subtests: " + ", ".join(f"{v} {k}" for k, v in sub.items())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,31 @@ def test_parse_catalog_skips_bad_rows() -> None:
            "x,BAD,,,,,\n31,M,\"a, b\",RESTART_APP,,HW|APP,app_memory_fault\n"
     cat = parse_catalog(text)
     assert list(cat) == [31] and cat[31].description == "a, b" and cat[31].legacy_causes == ("HW", "APP")
+
+
+#: remedies faulthunt's own words could prescribe, and the catalog bucket each needs
+_REMEDIES = {"reset the gpu": "RESET_GPU", "reboot": "RESTART_BM", "restart the application": "RESTART_APP",
+             "drain": None, "rma": None, "contact support": "CONTACT_SUPPORT",
+             "update the driver": "UPDATE_SWFW"}
+
+
+def test_advice_never_contradicts_the_catalog() -> None:
+    """User defect 20: for every Xid, a remedy the advice names is one of the catalog's buckets
+    (Xid 94, a contained error, restarts the application: no GPU reset, no drain)."""
+    for xid, entry in load_catalog().items():
+        ours = entry.info.action.lower()
+        buckets = {entry.immediate_action, entry.investigatory_action}
+        for phrase, bucket in _REMEDIES.items():
+            if re.search(rf"\b{phrase}\b", ours):
+                assert bucket in buckets, f"Xid {xid}: '{phrase}' is not the catalog's {buckets}"
+    e94 = classify(94)
+    assert "RESTART_APP (restart the application)" in e94.action
+    assert "reset" not in e94.action.lower() and "drain" not in e94.action.lower()
+
+
+def test_report_advice_for_a_machine_xid_is_the_catalogs() -> None:
+    from faulthunt.report.model import next_steps
+
+    steps = next_steps({}, [{"xid": 94, "category": "ecc_memory"}], None, [], "r")
+    assert any(s.startswith("Xid 94 (Contained memory error) is the machine's, not your code")
+               and "RESTART_APP" in s and "reset" not in s.lower() for s in steps)

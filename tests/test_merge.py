@@ -122,3 +122,27 @@ def test_bad_out_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert "fix:" in err and "Traceback" not in err
     assert (tmp_path / "f.txt").read_text() == "keep" and not (a / "merged").exists()
+
+
+def test_merged_slots_stay_apart_and_reproduce_names_the_inputs(tmp_path: Path) -> None:
+    """User defect 12: gw0 of two runners are two slots (each runner's restarts its own), and the
+    report's Reproduce section gives each input's command, never the merge command."""
+    from faulthunt.report import build_model
+
+    runs = []
+    for host in ("node-a", "node-b"):
+        run = make_runner(tmp_path, host, fail=host == "node-a")
+        for worker, slot in (("gw0", "gw0"), ("gw1", "gw1"), ("gw2", "gw0")):  # gw2 restarted gw0
+            append_jsonl(run / "controller.jsonl", {"event": "worker_up", "worker": worker,
+                                                    "slot": slot, "t": 100.0})
+        runs.append(run)
+    write_json_atomic(runs[1] / "run.json", {"id": "id-node-b", "argv": ["faulthunt", "stress", "-n", "2",
+                                                                        "tests/gpu"]})
+    merge_runs(runs, tmp_path / "merged")
+    workers = json.loads((tmp_path / "merged" / "summary.json").read_text())["workers"]
+    assert workers["slots"] == 4 and workers["restarts"] == 2
+    assert workers["slot_of"]["node-b/gw2"] == "node-b/gw0"
+    model = build_model(tmp_path / "merged")
+    assert model.reproduce == ("# on node-a\nfaulthunt stress\n"
+                               "# on node-b\nfaulthunt stress -n 2 tests/gpu")
+    assert "merge" not in model.reproduce

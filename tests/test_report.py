@@ -162,7 +162,7 @@ def test_damaged_files(tmp_path: Path) -> None:
 def test_empty_dir(tmp_path: Path) -> None:
     m = build_model(tmp_path)
     assert m.rate["runs"] == 0 and m.lanes == ()
-    assert "Nothing failed" in render(m, "md")
+    assert "No test ran" in render(m, "md")
 
 
 # The HTML page in headless Chromium: tests/test_report_html.py.

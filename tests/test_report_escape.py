@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from faulthunt.report import build_model, render
-from faulthunt.report.escape import md_code, md_text
+from faulthunt.report.escape import md_code, md_text, visible
 
 DATA = Path(__file__).parent / "data" / "report"
 
@@ -156,10 +156,12 @@ def test_html_ids_are_text_never_markup(tmp_path: Path) -> None:
     tables = {name: rows for name, rows in zip(
         ["tests", "failures", "xids", "sanitizer", "environment"], cells.tables)}
     assert len(tables["failures"]) == len(HOSTILE_IDS) + 1
-    assert [r[0] for r in tables["tests"][1:]] == HOSTILE_IDS
-    assert [r[0] for r in tables["failures"][1:]] == HOSTILE_IDS
-    assert [r[4] for r in tables["xids"][1:]] == HOSTILE_IDS
-    assert [r[5] for r in tables["sanitizer"][1:]] == HOSTILE_IDS
+    # control characters show as their escapes (user defect 19), everything else exactly
+    shown = [visible(i) for i in HOSTILE_IDS]
+    assert [r[0] for r in tables["tests"][1:]] == shown
+    assert [r[0] for r in tables["failures"][1:]] == shown
+    assert [r[4] for r in tables["xids"][1:]] == shown
+    assert [r[5] for r in tables["sanitizer"][1:]] == shown
     # the timeline's titles carry the ids as text too
     assert "test_p[&lt;script&gt;alert(1)&lt;/script&gt;]: failed</title>" in html
 

@@ -52,25 +52,25 @@ CATEGORIES: dict[str, CategoryInfo] = {
     "timeout_hang": CategoryInfo(
         "hang / timeout", "unclear",
         "The GPU stopped making progress: a kernel that never finishes (your code) or a hung GPU. "
-        "Find the test running at that time; if the GPU stays unusable it needs a reset.",
+        "Find the test running at that time.",
     ),
     "ecc_memory": CategoryInfo(
         "ECC / GPU memory hardware", "machine",
-        "GPU memory hardware error: not your code. Drain the GPU, check `nvidia-smi -q -d ECC,ROW_REMAPPER` "
-        "and follow the catalog action (reset the GPU; RMA if remapping fails).",
+        "GPU memory hardware error: not your code. Check the GPU's ECC and row-remapping state "
+        "(`nvidia-smi -q -d ECC,ROW_REMAPPER`).",
     ),
     "bus_link": CategoryInfo(
         "PCIe / bus link", "machine",
-        "The host lost the GPU on the bus: not your code. Check cabling, power and the host's PCIe logs; "
-        "the machine needs a reboot.",
+        "An error on the GPU's bus link (PCIe): not your code. Check cabling, power and the host's "
+        "PCIe logs.",
     ),
     "nvlink": CategoryInfo(
         "NVLink", "machine",
-        "An NVLink error: the machine, not your code. Follow the catalog's NVLink workflow.",
+        "An NVLink error: the machine, not your code.",
     ),
     "firmware_gsp_microcontroller": CategoryInfo(
         "driver firmware / GSP / micro-controller", "driver",
-        "The driver's firmware failed: not your code. Reset the GPU; update the driver if it repeats.",
+        "The driver's firmware (GSP or another micro-controller) reported an error: not your code.",
     ),
     "copy_engine_exception": CategoryInfo(
         "copy engine exception", "unclear",
@@ -79,8 +79,8 @@ CATEGORIES: dict[str, CategoryInfo] = {
     ),
     "video_or_aux_engine_exception": CategoryInfo(
         "video / auxiliary engine exception", "unclear",
-        "A video or auxiliary engine (NVDEC, NVJPG, OFA...) failed: restart the application; "
-        "contact support if it repeats.",
+        "A video or auxiliary engine (NVDEC, NVJPG, OFA...) reported an error: not a memory bug "
+        "of your CUDA kernels.",
     ),
     "power_thermal": CategoryInfo(
         "power / thermal", "machine",
@@ -92,8 +92,7 @@ CATEGORIES: dict[str, CategoryInfo] = {
     ),
     "driver_or_other": CategoryInfo(
         "driver / other", "driver",
-        "A driver-side error: not a memory bug of yours. Follow the catalog action; update the driver "
-        "if it repeats.",
+        "A driver-side error: not a memory bug of yours.",
     ),
     "unused": CategoryInfo(
         "unused by current drivers", "unknown",
@@ -155,13 +154,20 @@ class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def action(self) -> str:
-        """The recommended action: faulthunt's reading plus the catalog's own buckets."""
+        """What to do: faulthunt's reading (whose fault, what to look at) and then the remedy,
+        which is the catalog's own buckets alone, so the advice never contradicts NVIDIA's
+        (a contained Xid 94 restarts the application; it does not reset the GPU)."""
         buckets = []
         for code in (self.immediate_action, self.investigatory_action):
             if code and code not in buckets:
                 buckets.append(code)
         said = "; ".join(f"{c} ({ACTION_WORDS[c]})" if c in ACTION_WORDS else c for c in buckets)
-        return f"{self.info.action} Catalog: {said}." if said else self.info.action
+        if said:
+            return f"{self.info.action} Catalog: {said}."
+        if self.in_catalog:
+            return (f"{self.info.action} The catalog gives no action for it yet: see "
+                    "https://docs.nvidia.com/deploy/xid-errors/.")
+        return self.info.action
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -16,8 +16,8 @@ from faulthunt.records.events import (ChildProcess, Crash, StickyError, SubtestF
 
 #: outcomes a span can end with (``crashed`` and ``lost`` come from the controller, never from
 #: the worker)
-OUTCOMES = ("passed", "failed", "skipped", "error", "hung", "collateral", "crashed", "lost",
-            "incomplete")
+OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error", "hung", "collateral",
+            "crashed", "lost", "incomplete")
 #: outcomes that count as a failing run of a test
 FAILING = frozenset({"failed", "error", "hung", "crashed", "collateral"})
 #: a test that never started: its worker died between two tests and xdist blamed it. Not a run

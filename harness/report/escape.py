@@ -18,6 +18,18 @@ _MD_PUNCT = re.compile(r"[\\`*~|]|\](?=[(\[])|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
+_NAMED = {"\t": "\\t", "\r": "\\r", "\n": "\\n"}
+_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def visible(value: Any) -> str:
+    """``value`` with every control character shown as its escape (``\\t``, ``\\r``, ``\\n``,
+    ``\\x1b``): an id with a carriage return or a tab must not garble a terminal or vanish into
+    whitespace (pytest leaves them raw when id escaping is turned off)."""
+    return _ANY_CONTROL.sub(lambda m: _NAMED.get(m.group(0), f"\\x{ord(m.group(0)):02x}"),
+                            str(value))
+
+
 def md_text(value: Any, *, newlines: str = "escape") -> str:
     """``value`` as literal Markdown text on one line (a table cell, a heading, a list item).
 
@@ -31,8 +43,28 @@ def md_text(value: Any, *, newlines: str = "escape") -> str:
     if newlines == "space":
         s = s.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
     else:
-        s = s.replace("\r", "\\\\r").replace("\n", "\\\\n")
+        s = s.replace("\r", "\\\\r").replace("\n", "\\\\n").replace("\t", "\\\\t")
     return _CONTROL.sub(lambda m: f"\\\\x{ord(m.group(0)):02x}", s)
+
+
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+
+def md_note(value: Any) -> str:
+    """A sentence faulthunt wrote, as Markdown: its `code` spans stay code spans (a command to
+    copy), everything else is data-escaped as by :func:`md_text`. Unpaired backticks: all text."""
+    s = str(value)
+    out: list[str] = []
+    at = 0
+    for m in _CODE_SPAN.finditer(s):
+        out.append(md_text(s[at:m.start()], newlines="space"))
+        out.append(md_code(m.group(2)))
+        at = m.end()
+    rest = s[at:]
+    if "`" in rest:  # an unpaired backtick: nothing of this sentence is trusted as markup
+        return md_text(s, newlines="space")
+    out.append(md_text(rest, newlines="space"))
+    return "".join(out)
 
 
 def md_cell(value: Any, *, newlines: str = "escape") -> str:

@@ -23,14 +23,16 @@ from typing import Any
 
 from faulthunt.report.common import (SIMULATED, allocation_text, clip, failing_tests, gpu_text,
                                      headline, outcome_text, rate_text)
+from faulthunt.report.escape import visible
 from faulthunt.report.markdown import example_text
 from faulthunt.report.model import Lane, ReportModel
 
 COLOURS = {"passed": "#8fd18f", "failed": "#e8a33d", "error": "#e8a33d", "crashed": "#d9412b",
-           "hung": "#8a55c9", "collateral": "#b8b8b8", "skipped": "#dddddd", "incomplete": "#d9412b"}
+           "hung": "#8a55c9", "collateral": "#b8b8b8", "skipped": "#dddddd", "xfailed": "#dddddd",
+           "xpassed": "#dddddd", "incomplete": "#d9412b"}
 MARKS = {"crash": "#d9412b", "hang": "#8a55c9", "xid": "#1f5fbf", "recycle": "#555555"}
 #: outcomes that are not failures (their spans link nowhere)
-_QUIET = {"passed", "skipped"}
+_QUIET = {"passed", "skipped", "xfailed", "xpassed"}
 WIDTH, LANE_H, LEFT, TOP = 1000, 26, 190, 34
 #: rows in the HTML failures table (report.json has them all)
 MAX_FAILURE_ROWS = 500
@@ -66,13 +68,14 @@ h1{font-size:1.5em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bo
 .headline{font-size:1.1em;font-weight:600}
 .simulated{background:#fde8e6;border:2px solid #d9412b;padding:.6em 1em;font-weight:600;color:#8c1d10}
 nav a{margin-right:1em}
-table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #d0d7de;padding:.3em .6em;text-align:left;vertical-align:top}
 th{background:#f3f5f7}table.sortable th{cursor:pointer}
 table.sortable th[data-dir=asc]::after{content:" \\25B2"}table.sortable th[data-dir=desc]::after{content:" \\25BC"}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
-td.id{font-family:ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace;overflow-wrap:anywhere}
-#failures-table td.id,#xids-table td.id:nth-child(5){min-width:24em}
+td.id{font-family:ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace;overflow-wrap:anywhere;
+ word-break:break-all}
+#failures-table td.id,#xids-table td.id:nth-child(5){min-width:16em;max-width:36em}
 pre.stack{max-height:32em;overflow:auto}td.nowrap{white-space:nowrap;overflow-wrap:normal}
 tr:target{background:#fff3c4}
 pre{background:#f6f8fa;border:1px solid #e1e4e8;padding:.8em;overflow-x:auto;font-size:.85em}
@@ -156,11 +159,11 @@ def render_rate_chart(model: ReportModel) -> str:
         y = top + i * row_h + row_h / 2
         lo, hi = (float(v) for v in t["ci95"])
         rate = float(t["rate"])
-        name = str(t.get("base_nodeid"))
+        name = visible(t.get("base_nodeid"))
         tip = f"{name}: {t.get('failures')} of {t.get('runs')} runs, {rate_text(t)}"
         parts.append(
             f'<g class="rate-row"><title>{_e(tip)}</title>'
-            f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{_e(_short(name, 68))}</text>'
+            f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{_e(_short(name, 60))}</text>'
             f'<line class="ci" x1="{left + width * lo:.1f}" y1="{y:.1f}" x2="{left + width * hi:.1f}" '
             f'y2="{y:.1f}" stroke="#7a8899" stroke-width="5" stroke-linecap="round"/>'
             f'<circle class="rate" cx="{left + width * rate:.1f}" cy="{y:.1f}" r="4.5" fill="#d9412b"/>'
@@ -233,7 +236,7 @@ def render_timeline(model: ReportModel, anchors: Anchors | None = None) -> str:
             out = str(s.get("outcome"))
             rect = (f'<rect class="span outcome-{_e(out)}" x="{a:.1f}" y="{y + 4}" '
                     f'width="{max(b - a, 1.5):.1f}" height="{LANE_H - 10}" fill="{COLOURS.get(out, "#999")}" '
-                    f'stroke="#fff" stroke-width="0.5"><title>{_e(s.get("nodeid"))}: {_e(out)}</title></rect>')
+                    f'stroke="#fff" stroke-width="0.5"><title>{_e(visible(s.get("nodeid")))}: {_e(out)}</title></rect>')
             href = None if out in _QUIET else anchors.failure.get((lane.pid, s.get("nodeid")))
             parts.append(_link(href, rect))
         for m in lane.markers:
@@ -256,7 +259,7 @@ def render_timeline(model: ReportModel, anchors: Anchors | None = None) -> str:
             colour = MARKS["xid"] if kind == "xid" else COLOURS.get(kind, "#999")
             href = (anchors.xid.get((pid, nodeid)) if kind == "xid" else None) or anchors.failure.get((pid, nodeid))
             dot = (f'<circle class="gpu-event gpu-{_e(kind)}" cx="{x(t):.1f}" cy="{y + LANE_H / 2}" r="4.5" '
-                   f'fill="{colour}"><title>{_e(nodeid)}: {_e(kind)}</title></circle>')
+                   f'fill="{colour}"><title>{_e(visible(nodeid))}: {_e(kind)}</title></circle>')
             parts.append(_link(href, dot))
         parts.append("</g>")
     ly, lx = h - 12, LEFT
@@ -272,8 +275,12 @@ def render_timeline(model: ReportModel, anchors: Anchors | None = None) -> str:
 # --- tables --------------------------------------------------------------------------------------
 
 def _td(value: Any, cls: str = "", sort: Any = None) -> str:
-    text = "-" if value is None or value == "" else _e(value)
-    attrs = (f' class="{cls}"' if cls else "") + (f' data-v="{_e(sort)}"' if sort is not None else "")
+    """A cell; an ``id`` cell shows control characters escaped and wraps, its whole text in the
+    tooltip."""
+    ident = "id" in cls.split() and value is not None and value != ""
+    text = "-" if value is None or value == "" else _e(visible(value) if ident else value)
+    attrs = ((f' class="{cls}"' if cls else "") + (f' data-v="{_e(sort)}"' if sort is not None else "")
+             + (f' title="{_e(visible(value))}"' if ident else ""))
     return f"<td{attrs}>{text}</td>"
 
 
@@ -385,10 +392,14 @@ def sanitizer_section(model: ReportModel) -> str:
 def hangs_section(model: ReportModel) -> str:
     out = []
     for h in model.hangs:
-        out.append(f"<h3>{_e(h.get('nodeid'))}</h3><p>worker {_e(h.get('worker'))}, pid {_e(h.get('pid'))}, "
+        out.append(f"<h3>{_e(visible(h.get('nodeid')))}</h3><p>worker {_e(h.get('worker'))}, pid {_e(h.get('pid'))}, "
                    f"timeout {_e(h.get('timeout'))} s</p>")
-        if h.get("stack"):
-            out.append(f"<details open><summary>Stack ({_e(h.get('stack_source'))})</summary>"
+        also = (f"; the same stack in {', '.join(h['same_stack_in'])}"
+                if h.get("same_stack_in") else "")
+        if h.get("same_as"):
+            out.append(f"<p>Same stack as {_e(h['same_as'])} (above).</p>")
+        elif h.get("stack"):
+            out.append(f"<details open><summary>Stack ({_e(h.get('stack_source'))}{_e(also)})</summary>"
                        f"<pre class=\"stack\"><code>{_e(str(h['stack']).rstrip())}</code></pre></details>")
         else:
             out.append(f"<p>No stack: {_e(h.get('why_no_stack'))}</p>")
@@ -452,6 +463,13 @@ def render(model: ReportModel) -> str:
     ]
     if model.by_test:
         sections.append(_section("tests", "Tests", tests_table(model)))
+    if model.collection_errors:
+        sections.append(_section(
+            "collection-errors", "Modules that failed to import",
+            "<p>Their tests never ran (pytest's first error line; reproducer.log has the rest).</p>"
+            + _table("collection-errors-table", [("module", "text"), ("error", "text")],
+                     ["<tr>" + _td(e.get("nodeid"), "id") + _td(e.get("message")) + "</tr>"
+                      for e in model.collection_errors])))
     if model.failures:
         sections.append(_section("failures", "Failures", failures_table(model)))
     xid_note = (f"<p>Xid lines of the simulated kernel log ({SIMULATED}: no GPU wrote them).</p>"
@@ -468,7 +486,7 @@ def render(model: ReportModel) -> str:
                              "<ol>" + "".join(f"<li>{_inline(s)}</li>" for s in model.next_steps) + "</ol>"))
     if model.notes:
         sections.append(_section("notes", "Notes on this run directory",
-                                 "<ul>" + "".join(f"<li>{_e(n)}</li>" for n in model.notes) + "</ul>"))
+                                 "<ul>" + "".join(f"<li>{_inline(n)}</li>" for n in model.notes) + "</ul>"))
     nav = "<nav>" + "".join(f'<a href="#{sid}">{label}</a>' for sid, label in (
         ("pictures", "rate"), ("timeline-section", "timeline"), ("tests", "tests"), ("failures", "failures"),
         ("xids", "Xids"), ("sanitizer", "sanitizer"), ("environment", "environment"), ("next", "next"))) + "</nav>"

@@ -12,7 +12,7 @@ from typing import Any
 
 from faulthunt.report.common import (allocation_text, clip, failing_tests, gpu_text, headline,
                                      outcome_text, rate_text)
-from faulthunt.report.escape import md_cell, md_code, md_fence, md_text
+from faulthunt.report.escape import md_cell, md_code, md_fence, md_note, md_text
 from faulthunt.report.model import ReportModel
 
 #: failure rows in the table (report.json has them all)
@@ -142,6 +142,13 @@ def render(model: ReportModel) -> str:
         L += ["## Tests", ""]
         L += tests_table(model)
         L += [""]
+    if model.collection_errors:
+        L += ["## Modules that failed to import", "",
+              "Their tests never ran (pytest's first error line; reproducer.log has the rest).", ""]
+        L += _table(["module", "error"],
+                    [[md_cell(e.get("nodeid")), md_cell(e.get("message"), newlines="space")]
+                     for e in model.collection_errors])
+        L += [""]
     if model.failures:
         L += ["## Failures", ""]
         L += failures_table(model)
@@ -178,8 +185,13 @@ def render(model: ReportModel) -> str:
         for h in model.hangs:
             L += [f"### {md_text(h.get('nodeid'))} (worker {md_text(h.get('worker'))}, pid {md_text(h.get('pid'))}, "
                   f"timeout {md_text(h.get('timeout'))} s)", ""]
-            if h.get("stack"):
-                L += [f"Stack ({md_text(h.get('stack_source'))}):", "", *md_fence(h["stack"].rstrip()), ""]
+            if h.get("same_as"):
+                L += [f"Same stack as {md_text(h['same_as'])} (above).", ""]
+            elif h.get("stack"):
+                also = (f"; the same stack in {md_text(', '.join(h['same_stack_in']))}"
+                        if h.get("same_stack_in") else "")
+                L += [f"Stack ({md_text(h.get('stack_source'))}{also}):", "",
+                      *md_fence(h["stack"].rstrip()), ""]
             else:
                 L += [f"No stack: {md_text(h.get('why_no_stack'), newlines='space')}", ""]
     e = model.environment
@@ -206,7 +218,7 @@ def render(model: ReportModel) -> str:
     L += [f"{i}. {s}" for i, s in enumerate(model.next_steps, 1)]
     if model.notes:
         L += ["", "## Notes on this run directory", ""]
-        L += [f"- {md_text(n, newlines='space')}" for n in model.notes]
+        L += [f"- {md_note(n)}" for n in model.notes]
     return "\n".join(L).rstrip() + "\n"
 
 

@@ -8,6 +8,7 @@ counted and noted) and :func:`model_from_parts` derives the model.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,10 @@ class ReportModel:
     sanitizer_outcomes: tuple[dict[str, Any], ...] = ()
     #: what guard mode did (summary.json ``guard`` and its one line, ``line``); None: not guarded
     guard: dict[str, Any] | None = None
+    #: modules that failed to import: ``{nodeid, message}`` with pytest's first error line
+    collection_errors: tuple[dict[str, Any], ...] = ()
+    #: what pytest said when no test ran (its usage error, "no tests collected"); None otherwise
+    no_tests_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report.json object (same content as the Markdown)."""
@@ -85,7 +90,9 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
     xids = [x.to_json() for x in run.xids()]
     damaged = {p.file for p in run.problems()}
     for name, doc in docs.items():
-        if doc is None and name not in damaged:
+        # no Xid, nothing to map: a run without mapping.json lacks nothing
+        nothing_to_map = name == Layout.MAPPING and not xids
+        if doc is None and name not in damaged and not nothing_to_map:
             notes.append(f"{name} missing")
     for name, counted in run.skipped_lines().items():
         if counted:
@@ -111,7 +118,7 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
         if isinstance(rec, Hang):
             for rel in (rec.pyspy, rec.faulthandler):
                 if rel:
-                    hang_texts[rel] = run.text(rel, limit=4000)
+                    hang_texts[rel] = run.text(rel, limit=STACK_READ_CHARS)
     notes.extend(_problem_notes(run))
     info = docs[Layout.RUN]
     identity = docs[Layout.IDENTITY]
@@ -123,6 +130,68 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
         summary=summary, mapping=[m.to_json() for m in mapping or ()],
         sanitizer=sanitizer.to_json() if sanitizer is not None else None,
         events=events, controller=controller, xids=xids, hang_texts=hang_texts, notes=notes)
+
+
+#: a hang's stack in the report: whole lines up to this many characters, then a count of the rest
+STACK_CHARS = 4000
+#: what is read of a dump file (the count of lines left out is exact below this size)
+STACK_READ_CHARS = 1 << 20
+
+
+def cut_stack(text: str, rel: str, limit: int = STACK_CHARS) -> str:
+    """``text`` cut at a line boundary near ``limit`` characters, with ``... N more lines (rel)``."""
+    lines = text.rstrip("\n").splitlines()
+    kept: list[str] = []
+    size = 0
+    for line in lines:
+        if kept and size + len(line) + 1 > limit:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    rest = len(lines) - len(kept)
+    if rest:
+        kept.append(f"\u2026 {rest} more line{'s' if rest != 1 else ''} ({rel})")
+    return "\n".join(kept)
+
+
+def _stack_key(text: str, pid: Any) -> str:
+    """A stack with what differs between processes stuck in the same place taken out: the pid,
+    addresses (ASLR), the dump's time."""
+    key = re.sub(r"0x[0-9a-fA-F]+", "0x", text)
+    key = re.sub(r" at \d+(\.\d+)?", " at T", key)
+    if pid is None:
+        return key
+    return re.sub(rf"\b(Process|Thread|pid) {int(pid)}\b", r"\1 PID", key)
+
+
+def _hangs(events: Sequence[Mapping[str, Any]], hang_texts: Mapping[str, str | None]) -> list[dict[str, Any]]:
+    """Each hang with its stack (py-spy, else faulthandler), cut at line boundaries; a stack the
+    same as an earlier hang's is said once: ``same_stack_in`` on the first, ``same_as`` on the rest."""
+    hangs: list[dict[str, Any]] = []
+    first_of: dict[str, dict[str, Any]] = {}
+    for rec in events:
+        if rec.get("event") != "hang":
+            continue
+        stack = source = whole = None
+        for key, name in (("pyspy", "py-spy"), ("faulthandler", "faulthandler")):
+            rel = rec.get(key)
+            if isinstance(rel, str) and hang_texts.get(rel):
+                whole = redact_text(hang_texts[rel] or "")  # py-spy --locals shows values
+                stack, source = cut_stack(whole, rel), name
+                break
+        hang: dict[str, Any] = {"nodeid": rec.get("nodeid"), "worker": rec.get("worker"), "pid": rec.get("pid"),
+                "timeout": rec.get("timeout"), "stack": stack, "stack_source": source,
+                "why_no_stack": None if stack else (rec.get("pyspy_error") or rec.get("faulthandler_error")
+                                                    or "no dump file in the run directory"),
+                "same_stack_in": [], "same_as": None}
+        if whole is not None:
+            first = first_of.setdefault(f"{source}\0{_stack_key(whole, rec.get('pid'))}", hang)
+            if first is not hang:
+                first["same_stack_in"].append(str(rec.get("worker")))
+                hang["same_as"] = str(first.get("worker"))
+                hang["stack"] = None
+        hangs.append(hang)
+    return hangs
 
 
 def _problem_notes(run: RunDir, limit: int = 10) -> list[str]:
@@ -141,6 +210,26 @@ def _pct(x: float) -> str:
 
 
 def _reproduce(run: Mapping[str, Any]) -> str | None:
+    """The command that makes the run again; for a merged run, each input's own command (the
+    merge command reproduces nothing)."""
+    sources = run.get("merged_from")
+    if isinstance(sources, list) and sources:
+        return _reproduce_merged([s for s in sources if isinstance(s, Mapping)])
+    return _command(run)
+
+
+def _reproduce_merged(sources: Sequence[Mapping[str, Any]]) -> str | None:
+    """``# on vm, vm-2`` above each distinct input command, in the order of the inputs."""
+    by_command: dict[str, list[str]] = {}
+    for src in sources:
+        cmd = _command(src) or "(command not recorded: the input's run.json had no argv)"
+        by_command.setdefault(cmd, []).append(str(src.get("runner") or src.get("id") or "?"))
+    if not by_command:
+        return None
+    return "\n".join(f"# on {', '.join(runners)}\n{cmd}" for cmd, runners in by_command.items())
+
+
+def _command(run: Mapping[str, Any]) -> str | None:
     import shlex
     argv = run.get("argv")
     if isinstance(argv, list) and argv:
@@ -370,10 +459,7 @@ def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
             steps.append(f"Xid {spread.get('xid')} repeats on GPU {','.join(map(str, spread.get('devices') or []))} "
                          "across different tests: suspect the machine; run `faulthunt doctor` and the suite "
                          "pinned to another GPU (`--gpus`) before blaming the code.")
-    machine = [x for x in xids if str(x.get("category") or "").startswith(("hw", "machine", "driver"))]
-    if machine:
-        steps.append(f"Xid {machine[0].get('xid')} is classed {machine[0].get('category')}: not the "
-                     "application; check the node (nvidia-smi -q, reset/drain) first.")
+    steps += _machine_steps(xids)
     sticky = [f for f in failures if f.get("sticky_cuda_error")]
     if sticky:
         steps.append("Sticky CUDA errors poison the context, so the failing line may be later than the "
@@ -400,10 +486,40 @@ def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
     if few and not steps:
         steps.append("The failure is flaky: `faulthunt isolate NODEID` checks whether it needs a "
                      "predecessor test; `faulthunt bisect` finds the commit that made it start.")
-    if not failures and not xids:
+    if not summary.get("tests_run") and not summary.get("stopped_by"):
+        steps.append(_nothing_ran_step(summary))
+    elif not failures and not xids:
         steps.append("Nothing failed in this run: raise --count or -n until the failure shows, "
                      "then report again.")
     return steps
+
+
+def _machine_steps(xids: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One step per Xid number that is the machine's or the driver's, in the catalog's words
+    (faulthunt.kernlog.catalog): its remedy is NVIDIA's, never one of ours."""
+    from faulthunt.kernlog.catalog import classify
+
+    steps = []
+    for number in dict.fromkeys(x.get("xid") for x in xids):
+        if not isinstance(number, int):
+            continue
+        entry = classify(number)
+        if entry.culprit in ("machine", "driver"):
+            whose = "the machine's" if entry.culprit == "machine" else "the driver's"
+            steps.append(f"Xid {number} ({entry.description}) is {whose}, not your code: "
+                         f"{entry.action}")
+    return steps
+
+
+def _nothing_ran_step(summary: Mapping[str, Any]) -> str:
+    """The fix when no test ran: more --count cannot help a command that runs nothing."""
+    if summary.get("collection_errors") or summary.get("collection_error_count"):
+        return ("No test ran: every collected module failed to import (listed above); fix the "
+                "imports (install what is missing, set PYTHONPATH or the rootdir) and run again.")
+    reason = summary.get("no_tests_reason")
+    said = f" ({redact_text(str(reason))})" if reason else ""
+    return (f"No test ran{said}: check the test paths, the -k expression and the pytest options "
+            "of the command above (reproducer.log has pytest's whole output), then run again.")
 
 
 def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[str, Any],
@@ -415,8 +531,9 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     # messages are what tests printed and asserted: secrets of known shapes scrubbed
     failures = [dict(f, message=redact_text(f["message"])) if isinstance(f.get("message"), str)
                 else dict(f) for f in summary.get("failures") or []]
+    failures = by_severity(failures, summary.get("xids") or xids)
     lanes, order = _lanes(events, controller, xids)
-    runs = int(summary.get("tests_run") or sum(len(v) for v in order.values()))
+    runs = _rated_runs(summary, order)
     # collateral runs say nothing of their test; lost ones never ran (said apart below)
     failing = [f for f in failures if f.get("outcome") not in ("collateral", "lost")]
     lost = len(failures) - len(failing) - sum(1 for f in failures
@@ -433,7 +550,12 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     outcomes = _count(f.get("outcome") for f in failing)
     # "crashes" only when every failing run took its worker down; otherwise the plain "fails"
     verb = "crashes" if outcomes and set(outcomes) == {"crashed"} else ("hangs" if outcomes and set(outcomes) == {"hung"} else "fails")
-    rate_text = f"{nfail} of {runs} runs failed, 95% interval {_pct(lo)}-{_pct(hi)}" if runs else "no test ran"
+    reason = summary.get("no_tests_reason")
+    rate_text = (f"{nfail} of {runs} runs failed, 95% interval {_pct(lo)}-{_pct(hi)}" if runs else
+                 f"no test ran: {redact_text(str(reason))}" if reason else "no test ran")
+    unrated = _unrated(summary)
+    if unrated:
+        rate_text += f" (not counted: {unrated}: they could not fail)"
     who = _workers_failing(summary, failing, len(lanes))
     if who is not None:
         kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items()))
@@ -449,21 +571,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         headline += (f"; {len(errors)} module{'s' if len(errors) != 1 else ''} failed to "
                      "import (their tests never ran)")
     decoded = [_decode_xid(x, mapping) for x in (summary.get("xids") or xids)]
-    hangs = []
-    for rec in events:
-        if rec.get("event") == "hang":
-            stack = None
-            for key in ("pyspy", "faulthandler"):
-                rel = rec.get(key)
-                if isinstance(rel, str) and hang_texts.get(rel):
-                    stack = redact_text(hang_texts[rel] or "")  # py-spy --locals shows values
-                    break
-            hangs.append({"nodeid": rec.get("nodeid"), "worker": rec.get("worker"), "pid": rec.get("pid"),
-                          "timeout": rec.get("timeout"), "stack": stack,
-                          "stack_source": "py-spy" if stack and rec.get("pyspy") and hang_texts.get(rec["pyspy"]) else
-                          ("faulthandler" if stack else None),
-                          "why_no_stack": None if stack else (rec.get("pyspy_error") or rec.get("faulthandler_error")
-                                                              or "no dump file in the run directory")})
+    hangs = _hangs(events, hang_texts)
     findings = list((sanitizer or {}).get("findings") or [])
     gpus = identity.get("gpus") or []
     # keys as faulthunt.identity.collect_basic() writes them (docs/rundir.md identity.json)
@@ -503,7 +611,68 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                                                if isinstance(n, str))]),
         simulated=_simulated(run),
         sanitizer_outcomes=tuple(dict(o) for o in (sanitizer or {}).get("outcomes") or [] if isinstance(o, Mapping)),
-        guard=_guard(summary.get("guard")))
+        guard=_guard(summary.get("guard")),
+        collection_errors=tuple(_collection_errors(summary)),
+        no_tests_reason=(redact_text(str(summary["no_tests_reason"]))
+                         if summary.get("no_tests_reason") else None))
+
+
+def _collection_errors(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each module that failed to import with the first line of its error (secrets scrubbed)."""
+    out = []
+    for e in summary.get("collection_errors") or []:
+        if isinstance(e, Mapping):
+            text = str(e.get("message") or e.get("longrepr") or "").strip()
+            first = text.splitlines()[0] if text else None
+            out.append({"nodeid": e.get("nodeid"),
+                        "message": redact_text(first) if first else None})
+    return out
+
+
+def _unrated(summary: Mapping[str, Any]) -> str:
+    """``1 skipped, 2 xfailed``: the runs said apart from the rate ("" when none)."""
+    outcomes = summary.get("outcomes")
+    if not isinstance(outcomes, Mapping):
+        return ""
+    return ", ".join(f"{outcomes[k]} {k}" for k in ("skipped", "xfailed", "xpassed")
+                     if outcomes.get(k))
+
+
+def _rated_runs(summary: Mapping[str, Any], order: Mapping[Any, list[dict[str, Any]]]) -> int:
+    """Runs that could have failed: skipped, xfailed, xpassed, collateral and lost runs are
+    outside every rate (a run that skipped says nothing about how often the test fails)."""
+    from faulthunt.summary import rated_runs
+
+    outcomes = summary.get("outcomes")
+    if isinstance(outcomes, Mapping) and outcomes:
+        return rated_runs(outcomes)
+    return int(summary.get("tests_run") or sum(len(v) for v in order.values()))
+
+
+#: the Failures tables' order: what took a worker down first, a plain assertion last
+_SEVERITY = {"crashed": 0, "hung": 1, "xid": 2, "error": 3, "failed": 4}
+
+
+def _severity(f: Mapping[str, Any], xid_keys: set[tuple[Any, Any]]) -> int:
+    outcome = str(f.get("outcome"))
+    if outcome in ("crashed", "hung"):
+        return _SEVERITY[outcome]
+    if (f.get("pid"), f.get("nodeid")) in xid_keys or (None, f.get("nodeid")) in xid_keys:
+        return _SEVERITY["xid"]
+    if outcome == "error" or f.get("phase"):  # a failed fixture: outcome failed, phase set
+        return _SEVERITY["error"]
+    if outcome == "failed":
+        return _SEVERITY["failed"]
+    return len(_SEVERITY)  # collateral, lost, what a newer run may add
+
+
+def by_severity(failures: Sequence[dict[str, Any]],
+                xids: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Failures ordered crashed, hung, Xid-attributed, error, failed (then as recorded), so a
+    crash is never hidden behind a page of assertion failures."""
+    keys = {(x.get("pid"), x.get("nodeid")) for x in xids if x.get("nodeid")}
+    keys |= {(None, nodeid) for _pid, nodeid in keys}
+    return sorted(failures, key=lambda f: _severity(f, keys))
 
 
 def _guard(guard: Any) -> dict[str, Any] | None:

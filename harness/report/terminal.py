@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from faulthunt.records.documents import MappingEntry
+from faulthunt.report.escape import visible
+from faulthunt.summary import plural
 
 #: collection errors named one by one under the table (the rest are counted)
 SHOWN_ERRORS = 5
@@ -61,7 +63,7 @@ def failing_table(summary: Mapping[str, Any], mapping: Iterable[MappingEntry]) -
         vs = ", ".join(sorted(set(verdicts.get(r["base_nodeid"], []))))
         lo, hi = r["ci95"]
         # ids are data: rich would read "[x/y]" in test_p[x/y] as markup and drop it
-        table.add_row(escape(r["base_nodeid"]), f"{r['failures']} of {r['runs']}",
+        table.add_row(escape(visible(r["base_nodeid"])), f"{r['failures']} of {r['runs']}",
                       f"{r['rate']:.1%}", f"{lo:.1%}-{hi:.1%}", escape(outs), escape(xs or "-"),
                       escape(vs or "-"))
     return table
@@ -126,9 +128,13 @@ def headline(summary: Mapping[str, Any]) -> str:
     else:
         workers = f"workers {counts}"
     errors = _error_count(summary)
-    return (f"{summary.get('tests_run', 0)} test runs: {outcomes.get('passed', 0)} passed, "
+    # skipped, xfailed and xpassed runs could not fail: said apart, outside every rate
+    unrated = "".join(f", {outcomes[k]} {k}" for k in ("skipped", "xfailed", "xpassed")
+                      if outcomes.get(k))
+    return (f"{plural(int(summary.get('tests_run') or 0), 'test run')}: "
+            f"{outcomes.get('passed', 0)} passed, "
             f"{len(summary.get('failures', []))} failing ({outcomes.get('collateral', 0)} "
-            f"collateral), {len(summary.get('xids', []))} Xids"
+            f"collateral){unrated}, {plural(len(summary.get('xids', [])), 'Xid')}"
             + (f", {errors} collection error{'s' if errors != 1 else ''}" if errors else "")
             + f"; {workers}"
             + (f"; stopped early: {summary['stopped_early']}" if summary.get("stopped_early")
@@ -155,7 +161,8 @@ def guard_lines(guard: Mapping[str, Any] | None) -> list[str]:
     for c in catches[:SHOWN_CATCHES]:
         text = str(c.get("text") or c.get("verdict"))
         nodeid = c.get("nodeid")
-        out.append(f"  {text}" + (f" (the fault: in {nodeid})" if nodeid and nodeid not in text else ""))
+        out.append(f"  {visible(text)}"
+                   + (f" (the fault: in {visible(nodeid)})" if nodeid and nodeid not in text else ""))
     if len(catches) > SHOWN_CATCHES:
         out.append(f"  ... and {len(catches) - SHOWN_CATCHES} more (mapping.json has them all)")
     return out
@@ -171,7 +178,7 @@ def collection_error_lines(summary: Mapping[str, Any]) -> list[str]:
            "their tests did not run):"]
     for e in errors[:SHOWN_ERRORS]:
         msg = e.get("message") or e.get("longrepr")
-        out.append(f"  {e.get('nodeid') or '?'}" + (f": {msg}" if msg else ""))
+        out.append(f"  {visible(e.get('nodeid') or '?')}" + (f": {visible(msg)}" if msg else ""))
     if n > SHOWN_ERRORS:
         out.append(f"  ... and {n - SHOWN_ERRORS} more (reproducer.log has them all)")
     return out
@@ -195,8 +202,9 @@ def _stop_lines(summary: Mapping[str, Any]) -> list[str]:
     if summary.get("stopped_by"):
         running = list(summary.get("interrupted") or [])
         out.append(f"stopped by {summary['stopped_by']}: pytest and its workers were ended; "
-                   + (f"{len(running)} test run(s) were running (outcome interrupted): "
-                      + ", ".join(running[:5]) + (" ..." if len(running) > 5 else "")
+                   + (f"{plural(len(running), 'test run')} "
+                      f"{'was' if len(running) == 1 else 'were'} running (outcome interrupted): "
+                      + ", ".join(visible(r) for r in running[:5]) + (" ..." if len(running) > 5 else "")
                       if running else "no test was running"))
     if summary.get("leftover_processes"):
         out.append(f"ended {summary['leftover_processes']} process(es) left in pytest's process "
