@@ -63,7 +63,15 @@ def replay(path: Path, stopped_by: int | None = None) -> StressResult:
 def test_the_replayed_summary_is_the_recorded_one(path: Path, stopped_by: int | None) -> None:
     assert RunDir(path).problems() == ()
     result = replay(path, stopped_by)
-    assert result.summary == _recorded(path)
+    recorded = _recorded(path)
+    if path == NUMBA:
+        # Recorded before rates left out the runs that could not fail: the 4 skipped runs no
+        # longer count among the device's runs (runs, unpinned_runs 454 -> 450); the rest is as
+        # recorded.
+        assert [d["runs"] for d in recorded["by_device"]] == [454]
+        assert [d["runs"] for d in result.summary["by_device"]] == [450]
+        recorded["by_device"] = [{**d, "runs": 450, "unpinned_runs": 450} for d in recorded["by_device"]]
+    assert result.summary == recorded
     assert result.exit_status == json.loads((path / "run.json").read_text())["exit_status"]
 
 
