@@ -22,6 +22,7 @@ from faulthunt.records.codec import convert
 from faulthunt.records.documents import XidLine
 from faulthunt.records.events import Crash, RestartLimit
 from faulthunt.records.run import TestSpan
+from faulthunt.redact import redact_text
 from faulthunt.rundir import (DiskFullError, Layout, RunDir, dumps, write_json_atomic,
                               write_run_info, write_text_atomic)
 from faulthunt.stress.collect import Collected
@@ -186,7 +187,7 @@ def _no_tests_reason(got: Collected) -> str:
     asked += [a for a in opts.pytest_args if not a.startswith("-")][:3]
     if got.pytest_status == 5 and asked:
         said += f" (with {' '.join(asked)})"
-    return said
+    return redact_text(said)  # the selection asked is the user's argv
 
 
 def save(result: StressResult, got: Collected, warn: Callable[[str], None]) -> StressResult:
