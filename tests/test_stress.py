@@ -386,3 +386,27 @@ def test_render_says_why_nothing_ran(tmp_path):
     text = buf.getvalue()
     assert "no test ran: pytest: unrecognized arguments: --bogus" in text
     assert "reproducer.log" in text
+
+
+def test_stress_typo_option_is_a_usage_error_before_anything_is_created(tmp_path, monkeypatch,
+                                                                      capsys):
+    from faulthunt.cli import main
+
+    _write(tmp_path / "test_ok.py", "def test_ok(): pass\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["stress", "--cuont", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown option --cuont (did you mean --count?)" in err and "after `--`" in err
+    assert not (tmp_path / ".faulthunt").exists()
+
+
+def test_stress_own_options_list_is_the_parsers():
+    import argparse
+
+    from faulthunt.cli import stress
+
+    parser = argparse.ArgumentParser()
+    stress.add_arguments(parser)
+    longs = {o for a in parser._actions if a.help != argparse.SUPPRESS
+             for o in a.option_strings if o.startswith("--") and o != "--help"}
+    assert longs == set(stress._OWN_OPTIONS)
