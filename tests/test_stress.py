@@ -410,3 +410,17 @@ def test_stress_own_options_list_is_the_parsers():
     longs = {o for a in parser._actions if a.help != argparse.SUPPRESS
              for o in a.option_strings if o.startswith("--") and o != "--help"}
     assert longs == set(stress._OWN_OPTIONS)
+
+
+def test_ledger_cupti_unavailable_is_said_and_falls_back_to_auto():
+    from faulthunt.stress.options import check_ledger
+
+    said: list[str] = []
+    opts = check_ledger(StressOptions(ledger="cupti"), said.append,
+                        cupti_problem=lambda: "cupti-python is not installed")
+    assert opts.ledger == "auto"
+    assert said == ["--ledger cupti: CUPTI is unavailable (cupti-python is not installed); falling "
+                    "back to --ledger auto (framework allocations only, no launch records)"]
+    kept = check_ledger(StressOptions(ledger="cupti"), said.append, cupti_problem=lambda: None)
+    assert kept.ledger == "cupti" and len(said) == 1
+    assert check_ledger(StressOptions(ledger="off"), said.append).ledger == "off"
