@@ -39,6 +39,7 @@ from faulthunt.records.documents import Failure, RunInfo, Summary
 from faulthunt.redact import redact_argv, redact_env, redact_text
 from faulthunt.rundir import Layout, RunDir, write_json_atomic, write_text_atomic
 from faulthunt.scrub import copy_scrubbed
+from faulthunt.stress.defaults import LEDGER_MODES
 
 DEFAULT_KIT_DIR = Path("/tmp/repro")
 #: marks a directory as a faulthunt kit, so restaging may replace its files (and nothing else)
@@ -77,6 +78,10 @@ class KitPlan:
     staged_mono: float            # time.monotonic() at staging: the clock of /dev/kmsg timestamps
     staged_wall: float
     identity_text: str
+    #: the run's stress options that change what a rerun does (--timeout, --ledger, --guard...)
+    stress_options: tuple[str, ...] = ()
+    #: the run's own pytest options (``-p no:randomly``), without its paths and ids
+    pytest_options: tuple[str, ...] = ()
 
 
 def failing_tests(summary: Summary) -> tuple[FailingTest, ...]:
@@ -120,6 +125,56 @@ def _positive_int(value: Any) -> int | None:
     return None
 
 
+def run_stress_options(run_info: RunInfo, summary: Summary | None) -> tuple[str, ...]:
+    """The stress options of the run that its rerun needs (a hang must end in the kit as it
+    did in the run): the per-test timeout in force, the ledger, guard mode, recycling, the
+    restart budget, CUDA_LAUNCH_BLOCKING. Hand-edited values that do not read are left out."""
+    opt = run_info.option
+    out: list[str] = []
+    timeout = summary.timeout if summary is not None else None
+    if timeout is not None and (timeout.seconds or timeout.source == "off"):
+        out += ["--timeout", f"{timeout.seconds or 0:g}"]
+    elif isinstance(opt("timeout"), (int, float)) and not isinstance(opt("timeout"), bool):
+        out += ["--timeout", f"{opt('timeout'):g}"]
+    if opt("ledger") in LEDGER_MODES and opt("ledger") != "auto":
+        out += ["--ledger", str(opt("ledger"))]
+    guard = opt("guard")
+    if isinstance(guard, str) and guard and guard[0].isdigit():
+        out.append(f"--guard={guard}")
+    if opt("recycle") is False:
+        out.append("--no-recycle")
+    if opt("launch_blocking") is False:
+        out.append("--no-launch-blocking")
+    restarts = opt("max_worker_restart")
+    if isinstance(restarts, int) and not isinstance(restarts, bool) and restarts >= 0:
+        out += ["--max-worker-restart", str(restarts)]
+    return tuple(out)
+
+
+#: pytest options of the run that select tests: the kit selects the failing ones itself
+_SELECTING = frozenset({"-k", "--deselect", "--ignore", "--ignore-glob", "--lf", "--last-failed",
+                        "--ff", "--failed-first", "--sw", "--stepwise"})
+
+
+def run_pytest_options(pytest_args: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The run's own pytest options with their values (``-p no:randomly``, ``-o x=y``), without
+    its paths, node ids and selecting options (the kit's selection is the failing tests)."""
+    from faulthunt.stress.options import _VALUE_OPTIONS
+
+    out: list[str] = []
+    args = list(pytest_args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        takes = arg in _VALUE_OPTIONS
+        if arg.startswith("-") and arg.split("=", 1)[0] not in _SELECTING:
+            out += args[i:i + 2] if takes else [arg]
+        i += 2 if takes else 1
+    return tuple(out)
+
+
 def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None = None,
              identity_text: str | None = None) -> KitPlan:
     """Read a run directory (its summary and run.json, through RunDir) into a :class:`KitPlan`.
@@ -130,11 +185,11 @@ def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None
     """
     run = RunDir(run_dir)
     run_info = run.run_info() or RunInfo()
+    summary = run.summary()
     if tests:
         failing = _checked(tuple(FailingTest(t, (t,), ("requested",), 0, None) for t in tests),
                            "--test")
     else:
-        summary = run.summary()
         if summary is None:  # a run killed before it wrote summary.json, or a damaged one
             from faulthunt.summary import summarize_run
 
@@ -155,7 +210,10 @@ def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None
         cwd=run_info.cwd or str(Path.cwd()), rootdir=run.rootdir(), python=python,
         pytest_args=tuple(redact_argv(run_info.pytest_args)),
         failing=tuple(by_test.values()), count=default_count,
-        workers=_workers(run_info.option("workers")), staged_mono=time.monotonic(), staged_wall=time.time(),
+        workers=_workers(run_info.option("workers")),
+        stress_options=tuple(redact_argv(run_stress_options(run_info, summary))),
+        pytest_options=tuple(redact_argv(run_pytest_options(run_info.pytest_args))),
+        staged_mono=time.monotonic(), staged_wall=time.time(),
         identity_text=identity_text)
 
 
@@ -209,6 +267,10 @@ def render_run_reproducer(plan: KitPlan) -> str:
             + 'STRESS=()\nPYTEST=()\nwhile [ $# -gt 0 ]; do\n'
             + '  if [ "$1" = "--" ]; then shift; PYTEST=("$@"); break; fi\n'
             + '  STRESS+=("$1"); shift\ndone\n'
+            + "# the run's own options (its timeout, ledger, guard...; pytest's): given first, so\n"
+            + "# the options given to this script win\n"
+            + _bash_array("RUN_STRESS", list(plan.stress_options))
+            + _bash_array("RUN_PYTEST", list(plan.pytest_options))
             + _bash_array("TESTS", [f.base_nodeid for f in plan.failing])
             + _bash_array("SELECTION", selection(plan, [f.base_nodeid for f in plan.failing]))
             + f"PYTHON={shlex.quote(plan.python)}\n"
@@ -216,7 +278,8 @@ def render_run_reproducer(plan: KitPlan) -> str:
             + 'RUN="$KIT/runs/$(date +%Y%m%d-%H%M%S)-$$"\n'
             + 'echo "stressing ${#TESTS[@]} test(s) x $COUNT into $RUN"\n'
             + f'exec "$PYTHON" -m faulthunt stress --count "$COUNT" -n {shlex.quote(plan.workers)} '
-            + '--run-dir "$RUN" ${STRESS[@]+"${STRESS[@]}"} -- ${PYTEST[@]+"${PYTEST[@]}"} '
+            + '--run-dir "$RUN" ${RUN_STRESS[@]+"${RUN_STRESS[@]}"} ${STRESS[@]+"${STRESS[@]}"} '
+            + '-- ${RUN_PYTEST[@]+"${RUN_PYTEST[@]}"} ${PYTEST[@]+"${PYTEST[@]}"} '
             + '"${SELECTION[@]}"\n')
 
 
@@ -420,7 +483,8 @@ Tests run from `{plan.cwd}` with `{plan.python}`{rooted}.
 ## The loop: edit, rebuild, rerun
 1. Edit the kernel or the test; rebuild your extension (e.g. `pip install -e . --no-build-isolation`).
 2. `./run_reproducer.sh 50` stresses exactly these tests 50 times each (`./run_reproducer.sh 200 -x
-   --timeout 60 -- -s` passes stress options, then pytest options after `--`). Each run lands in
+   --timeout 60 -- -s` passes stress options, then pytest options after `--`; the run's own
+   `--timeout` and options are passed first, yours win). Each run lands in
    `runs/<time>/`; `faulthunt report --run runs/<time>`.
 3. `python3 {first} [count]`: one test in a fresh process; prints its pid; a hang dumps all stacks
    every `FAULTHUNT_HANG_SECONDS` (120 s) through faulthandler.

@@ -226,3 +226,32 @@ def test_cli_stage(hostile, capsys: pytest.CaptureFixture[str]) -> None:  # type
     out = capsys.readouterr().out
     assert f"staged {len(nodeids)} failing test(s)" in out
     assert main(["stage", "--run", str(tmp / "nope"), str(kit)]) == 3
+
+
+def test_kit_reproducer_keeps_the_runs_timeout_and_options(tmp_path: Path) -> None:
+    """A hang in the kit ends as it did in the run: run_reproducer.sh passes the run's
+    --timeout, its other stress options and its own pytest options (not its paths)."""
+    (tmp_path / "test_h.py").write_text("import time\n\ndef test_hang():\n    time.sleep(120)\n")
+    run, kit = tmp_path / "run", tmp_path / "kit"
+    stress = subprocess.run([sys.executable, "-m", "faulthunt", "stress", "-q", "--xid-source",
+                             "none", "--timeout", "1", "--no-recycle", "--run-dir", str(run), "--",
+                             "-p", "no:randomly", "test_h.py"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert stress.returncode == 1, stress.stdout + stress.stderr
+    plan = plan_kit(run, identity_text="")
+    assert plan.stress_options == ("--timeout", "1", "--no-recycle", "--max-worker-restart", "1000")
+    assert plan.pytest_options == ("-p", "no:randomly")
+    stage(run, kit)
+    again = subprocess.run([str(kit / "run_reproducer.sh"), "1", "-q"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1, again.stdout + again.stderr
+    summary = json.loads(next((kit / "runs").glob("*/summary.json")).read_text())
+    assert summary["outcomes"].get("hung") == 1 and summary["timeout"]["seconds"] == 1
+
+
+def test_run_pytest_options_keep_options_and_drop_selection() -> None:
+    from faulthunt.stage import run_pytest_options
+
+    assert run_pytest_options(["tests/", "-p", "no:randomly", "-k", "x", "a.py::t[1]", "-x",
+                               "--deselect", "a.py::t", "-o", "a=b", "--", "-weird"]) \
+        == ("-p", "no:randomly", "-x", "-o", "a=b")
