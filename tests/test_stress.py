@@ -424,3 +424,23 @@ def test_ledger_cupti_unavailable_is_said_and_falls_back_to_auto():
     kept = check_ledger(StressOptions(ledger="cupti"), said.append, cupti_problem=lambda: None)
     assert kept.ledger == "cupti" and len(said) == 1
     assert check_ledger(StressOptions(ledger="off"), said.append).ledger == "off"
+
+
+def test_stress_no_xdist_hang_says_what_never_ran(tmp_path):
+    """-n 0: the first hang ends the one pytest process; the runs it cut off are said."""
+    _write(tmp_path / "test_h.py", """
+        import time
+        def test_a(): pass
+        def test_hang(): time.sleep(120)
+        def test_b(): pass
+        def test_c(): pass
+    """)
+    proc = _stress(["-n", "0", "--timeout", "1", "--count", "2", "-p", "no:randomly",
+                    "--run-dir", "run", "--xid-source", "none", "test_h.py"], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["outcomes"] == {"passed": 2, "hung": 1} and summary["workers"]["hung"] == 1
+    assert summary["stopped_early"] == (
+        "the hang of test_h.py::test_hang[1-2] ended the single pytest process (-n 0): 5 of 8 "
+        "collected test runs never ran (use -n 1 or more: a hung worker is replaced and the rest run)")
+    assert "5 of 8 collected test runs never ran" in proc.stdout
