@@ -464,9 +464,11 @@ exec dmesg -w | grep --line-buffered -E "NVRM|Xid"
 
 def render_readme(plan: KitPlan, scripts: dict[str, FailingTest]) -> str:
     """The cheatsheet: what failed, the edit-rebuild-rerun loop, how to read the logs."""
+    from faulthunt.report.escape import md_code  # ids exact: a long enough fence, `\|` in cells
+
     q = shlex.quote
     rows = "".join(
-        f"| `{t.base_nodeid.replace('|', '¦').replace('`', 'ʼ')}` | {', '.join(t.outcomes)} | "  # noqa: RUF001 - a look-alike on purpose: a backtick would end the code span
+        f"| {md_code(t.base_nodeid)} | {', '.join(t.outcomes)} | "
         f"{t.failures}{'/' + str(t.runs) if t.runs else ''} | `{name}` |\n"
         for name, t in scripts.items())
     first = next(iter(scripts), "repro_<test>.py")

@@ -255,3 +255,21 @@ def test_run_pytest_options_keep_options_and_drop_selection() -> None:
     assert run_pytest_options(["tests/", "-p", "no:randomly", "-k", "x", "a.py::t[1]", "-x",
                                "--deselect", "a.py::t", "-o", "a=b", "--", "-weird"]) \
         == ("-p", "no:randomly", "-x", "-o", "a=b")
+
+
+def test_kit_readme_keeps_ids_exact_in_markdown(hostile) -> None:  # type: ignore[no-untyped-def]
+    """`|` and backticks in ids are escaped for Markdown, never swapped for look-alikes: the id
+    read back from the README's table (the fence stripped, `\\|` unescaped) is the id."""
+    import re
+
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    readme = (kit / "README.md").read_text()
+    assert "\u00a6" not in readme and "\u02bc" not in readme  # the look-alikes used before
+    ids = []
+    for line in readme.splitlines():
+        if line.startswith("| `") and "repro_" in line:
+            cell = line[2:].split(" | ")[0]
+            fence = re.match(r"`+", cell).group(0)  # type: ignore[union-attr]
+            ids.append(cell[len(fence):-len(fence)].replace("\\|", "|"))
+    assert sorted(ids) == sorted(nodeids)
