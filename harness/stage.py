@@ -82,6 +82,9 @@ class KitPlan:
     stress_options: tuple[str, ...] = ()
     #: the run's own pytest options (``-p no:randomly``), without its paths and ids
     pytest_options: tuple[str, ...] = ()
+    #: what could not be read from the run, and what the kit assumed instead (said in the
+    #: README, by `faulthunt stage`, and in the scripts' header)
+    damaged: tuple[str, ...] = ()
 
 
 def failing_tests(summary: Summary) -> tuple[FailingTest, ...]:
@@ -201,6 +204,7 @@ def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None
     by_test = {f.base_nodeid: f for f in failing}
     default_count = count or _positive_int(run_info.option("count")) or 1
     python = run_info.pytest_argv[0] if run_info.pytest_argv else sys.executable
+    damaged = _damage(run, run_info, python)
     if identity_text is None:
         from faulthunt.identity import collect_basic, format_basic
 
@@ -213,8 +217,27 @@ def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None
         workers=_workers(run_info.option("workers")),
         stress_options=tuple(redact_argv(run_stress_options(run_info, summary))),
         pytest_options=tuple(redact_argv(run_pytest_options(run_info.pytest_args))),
+        damaged=damaged,
         staged_mono=time.monotonic(), staged_wall=time.time(),
         identity_text=identity_text)
+
+
+def _damage(run: RunDir, run_info: RunInfo, python: str) -> tuple[str, ...]:
+    """What the run could not tell (a damaged or missing run.json, summary.json, events) and
+    what the kit uses instead; empty for a whole run."""
+    said = [str(p) for p in run.problems()]
+    if not (run.path / Layout.RUN).is_file():
+        said.append(f"{Layout.RUN}: missing")
+    if said:
+        if not run_info.cwd:
+            said.append(f"the run's directory is unknown: the scripts run in {Path.cwd()} "
+                        "(where the kit was staged); edit the cd line of the scripts if that is wrong")
+        if not run_info.pytest_argv:
+            said.append(f"the run's Python is unknown: the scripts use {python}")
+        if not run_info.options:
+            said.append("the run's options are unknown: count 1, one worker, stress's own "
+                        "default timeout")
+    return tuple(redact_text(s) for s in said)
 
 
 def selection(plan: KitPlan, ids: list[str]) -> list[str]:
@@ -462,6 +485,17 @@ exec dmesg -w | grep --line-buffered -E "NVRM|Xid"
 ''')
 
 
+def _damage_section(plan: KitPlan) -> str:
+    if not plan.damaged:
+        return ""
+    from faulthunt.report.escape import md_text
+
+    items = "".join(f"- {md_text(d)}\n" for d in plan.damaged)
+    return ("## Damaged run: check before trusting this kit\n"
+            "The run directory could not be read whole; the kit was staged from what could be "
+            "read, and assumed the rest:\n" + items + "\n")
+
+
 def render_readme(plan: KitPlan, scripts: dict[str, FailingTest]) -> str:
     """The cheatsheet: what failed, the edit-rebuild-rerun loop, how to read the logs."""
     from faulthunt.report.escape import md_code  # ids exact: a long enough fence, `\|` in cells
@@ -479,7 +513,7 @@ def render_readme(plan: KitPlan, scripts: dict[str, FailingTest]) -> str:
 Staged {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(plan.staged_wall))} from `{plan.run_dir}`.
 Tests run from `{plan.cwd}` with `{plan.python}`{rooted}.
 
-| failing test | outcome | failures/runs | standalone reproducer |
+{_damage_section(plan)}| failing test | outcome | failures/runs | standalone reproducer |
 |---|---|---|---|
 {rows}
 ## The loop: edit, rebuild, rerun

@@ -273,3 +273,22 @@ def test_kit_readme_keeps_ids_exact_in_markdown(hostile) -> None:  # type: ignor
             fence = re.match(r"`+", cell).group(0)  # type: ignore[union-attr]
             ids.append(cell[len(fence):-len(fence)].replace("\\|", "|"))
     assert sorted(ids) == sorted(nodeids)
+
+
+def test_a_damaged_run_json_is_said_and_marked_in_the_kit(hostile, capsys) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    (run / "run.json").write_text('{"id": "x", "cwd": ')  # torn
+    assert main(["stage", "--run", str(run), str(kit)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: damaged run: run.json: not valid JSON" in err
+    assert "the run's directory is unknown" in err
+    readme = (kit / "README.md").read_text()
+    assert "## Damaged run: check before trusting this kit" in readme
+    assert "the run's options are unknown" in readme
+    assert (kit / "run_reproducer.sh").is_file()  # what can be staged is staged
+
+
+def test_a_whole_run_has_no_damage_section(hostile) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    assert "Damaged run" not in (kit / "README.md").read_text()
