@@ -402,33 +402,61 @@ if __name__ == "__main__":
 
 
 def render_pyspy_workers(plan: KitPlan) -> str:
-    """``pyspy_workers.sh [pid...]``: py-spy dump of every pytest/reproducer process (or those given)."""
-    return (_HEADER.format(run_id=plan.run_id) + r'''
+    """``pyspy_workers.sh [pid...]``: py-spy dump of this kit's processes (or those given).
+
+    Only the run's own processes: pytest processes whose ``FAULTHUNT_RUN_DIR`` is the staged run
+    or one of the kit's ``runs/``, and this kit's ``repro_*.py``, of the current user; never
+    every pytest on a shared host. A process that exits between the listing and its dump says so.
+    """
+    run_dir = str(plan.run_dir.resolve())
+    return (_HEADER.format(run_id=plan.run_id)
+            + f"RUN_DIR={shlex.quote(run_dir)}\n" + r'''
 PYSPY="${PYSPY:-py-spy}"
 command -v "$PYSPY" >/dev/null || { echo "py-spy not found: pip install py-spy" >&2; exit 4; }
+ours() {  # $1: a pid of this kit's run: its FAULTHUNT_RUN_DIR, or one of this kit's repro_*.py
+  local pid="$1" env_dir script
+  env_dir="$({ tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | sed -n 's/^FAULTHUNT_RUN_DIR=//p' | head -n1)"
+  case "$env_dir" in
+    "$RUN_DIR"|"$KIT"/runs/*) return 0 ;;
+  esac
+  while IFS= read -r script; do
+    script="$(cd "/proc/$pid/cwd" 2>/dev/null && realpath -e -- "$script" 2>/dev/null || true)"
+    [ "${script%/*}" = "$KIT" ] && return 0
+  done < <({ tr '\0' '\n' < "/proc/$pid/cmdline"; } 2>/dev/null | grep -E '(^|/)repro_[^/]*\.py$' || true)
+  return 1
+}
 PIDS=("$@")
 if [ ${#PIDS[@]} -eq 0 ]; then
-  for status in /proc/[0-9]*/cmdline; do
-    pid="${status#/proc/}"; pid="${pid%/cmdline}"
+  for dir in /proc/[0-9]*; do
+    pid="${dir#/proc/}"
     [ "$pid" = "$$" ] && continue
-    cmd="$(tr '\0' ' ' < "$status" 2>/dev/null || true)"
-    case "$cmd" in
-      *pyspy_workers*) ;;
-      *python*pytest*|*python*xdist*|*python*repro_*|*python*faulthunt*stress*) PIDS+=("$pid") ;;
-    esac
+    [ -O "$dir" ] || continue  # other users' processes are never ours to dump
+    ours "$pid" && PIDS+=("$pid")
   done
 fi
 if [ ${#PIDS[@]} -eq 0 ]; then
-  echo "no pytest, xdist worker or repro_*.py process is running (give pids as arguments)"
+  echo "no process of this kit's run is running (its pytest workers carry FAULTHUNT_RUN_DIR=$RUN_DIR or $KIT/runs/...; repro_*.py from $KIT); give pids as arguments"
   exit 0
 fi
 rc=0
 for pid in "${PIDS[@]}"; do
-  echo "=== pid $pid: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-200)"
-  "$PYSPY" dump --native --locals --pid "$pid" || {
-    rc=$?
+  cmd="$({ tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | cut -c1-200)" || true
+  if [ ! -d "/proc/$pid" ]; then
+    echo "=== pid $pid: exited before it could be dumped"
+    continue
+  fi
+  echo "=== pid $pid: $cmd"
+  if ! out="$("$PYSPY" dump --native --locals --pid "$pid" 2>&1)"; then
+    if [ ! -d "/proc/$pid" ]; then
+      echo "exited while being dumped"
+      continue
+    fi
+    rc=1
+    printf '%s\n' "$out" >&2
     echo "py-spy could not attach to $pid: try sudo, kernel.yama.ptrace_scope=0, or CAP_SYS_PTRACE (see faulthunt doctor)" >&2
-  }
+    continue
+  fi
+  printf '%s\n' "$out"
 done
 exit $rc
 ''')
@@ -526,7 +554,8 @@ Tests run from `{plan.cwd}` with `{plan.python}`{rooted}.
    every `FAULTHUNT_HANG_SECONDS` (120 s) through faulthandler.
 4. `./run_sanitizer.sh [memcheck|racecheck|initcheck|synccheck]`: the failing tests under
    compute-sanitizer; results in `run/sanitizer/` (`sanitizer_summary.txt` first).
-5. Hung? `./pyspy_workers.sh` dumps every pytest worker / reproducer (`--native --locals`).
+5. Hung? `./pyspy_workers.sh` dumps this kit's pytest workers and repro scripts (`--native --locals`;
+   other processes on the host are left alone; pids as arguments dump those).
 6. `./xid_since.sh` shows NVRM/Xid lines since this kit was staged (`--all` for every line).
    Xid 31 = MMU fault (address in `faulted @ 0x..._...`), 13 = graphics exception, 43 = process
    torn down after an error. `faulthunt map --run run` maps fault addresses to allocations.

@@ -292,3 +292,32 @@ def test_a_whole_run_has_no_damage_section(hostile) -> None:  # type: ignore[no-
     tmp, project, run, kit, nodeids = hostile
     stage(run, kit)
     assert "Damaged run" not in (kit / "README.md").read_text()
+
+
+@pytest.mark.skipif(not shutil.which("py-spy"), reason="py-spy is not installed")
+def test_pyspy_workers_dumps_only_this_kits_processes(hostile) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    sleep = "import time; time.sleep(60)  # pytest"
+    ours = subprocess.Popen([sys.executable, "-c", sleep],
+                            env={**os.environ, "FAULTHUNT_RUN_DIR": str(kit / "runs" / "r1")})
+    other = subprocess.Popen([sys.executable, "-c", sleep],  # someone else's pytest
+                             env={**os.environ, "FAULTHUNT_RUN_DIR": str(tmp / "elsewhere")})
+    (kit / "repro_sleep.py").write_text("import time\ntime.sleep(60)\n")
+    repro = subprocess.Popen([sys.executable, str(kit / "repro_sleep.py")], cwd=tmp)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        spy = subprocess.run(["bash", str(kit / "pyspy_workers.sh")], capture_output=True,
+                             text=True, timeout=60)
+        dead = subprocess.run(["bash", str(kit / "pyspy_workers.sh"), str(gone.pid)],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        for p in (ours, other, repro):
+            p.kill()
+            p.wait()
+    assert spy.returncode == 0, spy.stderr
+    assert f"=== pid {ours.pid}:" in spy.stdout and f"pid {other.pid}" not in spy.stdout
+    assert f"=== pid {repro.pid}:" in spy.stdout  # this kit's repro script, by its path
+    assert dead.returncode == 0 and dead.stderr == ""
+    assert dead.stdout.strip() == f"=== pid {gone.pid}: exited before it could be dumped"
