@@ -213,11 +213,15 @@ def format_basic(info: dict[str, Any]) -> str:
 
 #: tool -> (arguments that print its version, how to get it when missing)
 TOOLS: dict[str, tuple[tuple[str, ...], str]] = {
-    "compute-sanitizer": (("--version",), "install the CUDA toolkit (compute-sanitizer ships in it: "
-                                          "/usr/local/cuda/bin) or put its bin/ on PATH"),
-    "cuobjdump": (("--version",), "pip install nvidia-cuda-cuobjdump (or the CUDA toolkit)"),
+    "compute-sanitizer": (("--version",), "pip install 'faulthunt[sanitizer]' (the "
+                                          "nvidia-cuda-sanitizer-api wheel ships it), or install "
+                                          "the CUDA toolkit (/usr/local/cuda/bin) and put its bin/ "
+                                          "on PATH, or set FAULTHUNT_COMPUTE_SANITIZER to the "
+                                          "executable"),
+    "cuobjdump": (("--version",), "pip install 'faulthunt[cuobjdump]' (the nvidia-cuda-cuobjdump "
+                                  "wheel), or the CUDA toolkit"),
     "cuda-gdb": (("--version",), "install the CUDA toolkit's cuda-gdb (/usr/local/cuda/bin)"),
-    "py-spy": (("--version",), "pip install py-spy"),
+    "py-spy": (("--version",), "pip install 'faulthunt[spy]' (or pip install py-spy)"),
     "tmux": (("-V",), "apt-get install tmux (faulthunt session needs it)"),
     "tmate": (("-V",), "apt-get install tmate (optional: shareable CI debugging sessions)"),
 }
@@ -260,6 +264,8 @@ def tool_search_path() -> list[str]:
         if nvidia.is_dir():
             # nvidia-cuda-cuobjdump 13.x: nvidia/cu13/bin; the cu12 wheels: nvidia/cuda_cuobjdump/bin
             dirs += [str(p) for p in sorted(nvidia.glob("*/bin"))]
+            # nvidia-cuda-sanitizer-api 13.x: the binary itself in nvidia/cu13/compute-sanitizer
+            dirs += [str(p) for p in sorted(nvidia.glob("*/compute-sanitizer"))]
     seen: list[str] = []
     for d in dirs:
         if d and d not in seen:
@@ -271,6 +277,10 @@ def find_tool(name: str) -> str | None:
     """Full path of ``name`` on :func:`tool_search_path`, or ``None``."""
     import shutil
 
+    if name == "compute-sanitizer":  # what `faulthunt sanitize` runs, as its fix says
+        given = os.environ.get("FAULTHUNT_COMPUTE_SANITIZER")
+        if given and os.path.isfile(given) and os.access(given, os.X_OK):
+            return given
     return shutil.which(name, path=os.pathsep.join(tool_search_path()))
 
 

@@ -153,6 +153,21 @@ def _redact_text_fully(text: str) -> str:
     return redact_value(_ASSIGNMENT.sub(_assignment, text))
 
 
+# py-spy --locals lines: "            api_token: \"hunter2\"" (an indented name, a colon, the value's
+# repr to the end of the line). Anchored at a line's indentation: linear on any input.
+_STACK_LOCAL = re.compile(r"(?m)^(?P<head>[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]*): )(?P<value>.*)$")
+
+
+def redact_stack_dump(text: str) -> str:
+    """A py-spy ``dump --locals`` text safe to write down: the value of every argument or local
+    with a secret name (``api_token``, ``password``, ``db_secret``) replaced whole, and
+    secret-looking values anywhere (:func:`redact_text`)."""
+    def local(m: re.Match[str]) -> str:
+        return f"{m['head']}{REDACTED}" if is_secret_name(m["name"]) and m["value"] else m[0]
+
+    return redact_text(_STACK_LOCAL.sub(local, text))
+
+
 def redact_json(data: Any) -> Any:
     """A copy of decoded JSON with every string redacted, the string value of a key with a
     secret name (``"api_token": "..."``) replaced whole, and in a list the word after

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from faulthunt.redact import redact_json, redact_text
+from faulthunt.redact import redact_json, redact_stack_dump, redact_text
 
 #: copied byte for byte: allocation ledgers (large, no captured output)
 RAW_DIRS = frozenset({"ledger"})
@@ -87,13 +87,15 @@ def scrub_file(src: Path, dest: Path) -> None:
             f.write(out)
     else:
         per_line = src.suffix == ".jsonl"
+        # hang dumps list locals as `name: value`: a secret name hides its value
+        redact = redact_stack_dump if src.name.endswith(".py-spy.txt") else redact_text
         with _open_text(src, "r") as fin, _open_text(dest, "w") as fout:
             for block in _blocks(fin):
                 if per_line:
                     fout.write("".join(_redact_json_line(line)
                                        for line in block.splitlines(keepends=True)))
                 else:
-                    fout.write(redact_text(block))
+                    fout.write(redact(block))
     shutil.copystat(src, dest)
 
 

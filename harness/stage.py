@@ -39,6 +39,7 @@ from faulthunt.records.documents import Failure, RunInfo, Summary
 from faulthunt.redact import redact_argv, redact_env, redact_text
 from faulthunt.rundir import Layout, RunDir, write_json_atomic, write_text_atomic
 from faulthunt.scrub import copy_scrubbed
+from faulthunt.stress.defaults import LEDGER_MODES
 
 DEFAULT_KIT_DIR = Path("/tmp/repro")
 #: marks a directory as a faulthunt kit, so restaging may replace its files (and nothing else)
@@ -77,6 +78,13 @@ class KitPlan:
     staged_mono: float            # time.monotonic() at staging: the clock of /dev/kmsg timestamps
     staged_wall: float
     identity_text: str
+    #: the run's stress options that change what a rerun does (--timeout, --ledger, --guard...)
+    stress_options: tuple[str, ...] = ()
+    #: the run's own pytest options (``-p no:randomly``), without its paths and ids
+    pytest_options: tuple[str, ...] = ()
+    #: what could not be read from the run, and what the kit assumed instead (said in the
+    #: README, by `faulthunt stage`, and in the scripts' header)
+    damaged: tuple[str, ...] = ()
 
 
 def failing_tests(summary: Summary) -> tuple[FailingTest, ...]:
@@ -120,6 +128,56 @@ def _positive_int(value: Any) -> int | None:
     return None
 
 
+def run_stress_options(run_info: RunInfo, summary: Summary | None) -> tuple[str, ...]:
+    """The stress options of the run that its rerun needs (a hang must end in the kit as it
+    did in the run): the per-test timeout in force, the ledger, guard mode, recycling, the
+    restart budget, CUDA_LAUNCH_BLOCKING. Hand-edited values that do not read are left out."""
+    opt = run_info.option
+    out: list[str] = []
+    timeout = summary.timeout if summary is not None else None
+    if timeout is not None and (timeout.seconds or timeout.source == "off"):
+        out += ["--timeout", f"{timeout.seconds or 0:g}"]
+    elif isinstance(opt("timeout"), (int, float)) and not isinstance(opt("timeout"), bool):
+        out += ["--timeout", f"{opt('timeout'):g}"]
+    if opt("ledger") in LEDGER_MODES and opt("ledger") != "auto":
+        out += ["--ledger", str(opt("ledger"))]
+    guard = opt("guard")
+    if isinstance(guard, str) and guard and guard[0].isdigit():
+        out.append(f"--guard={guard}")
+    if opt("recycle") is False:
+        out.append("--no-recycle")
+    if opt("launch_blocking") is False:
+        out.append("--no-launch-blocking")
+    restarts = opt("max_worker_restart")
+    if isinstance(restarts, int) and not isinstance(restarts, bool) and restarts >= 0:
+        out += ["--max-worker-restart", str(restarts)]
+    return tuple(out)
+
+
+#: pytest options of the run that select tests: the kit selects the failing ones itself
+_SELECTING = frozenset({"-k", "--deselect", "--ignore", "--ignore-glob", "--lf", "--last-failed",
+                        "--ff", "--failed-first", "--sw", "--stepwise"})
+
+
+def run_pytest_options(pytest_args: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The run's own pytest options with their values (``-p no:randomly``, ``-o x=y``), without
+    its paths, node ids and selecting options (the kit's selection is the failing tests)."""
+    from faulthunt.stress.options import _VALUE_OPTIONS
+
+    out: list[str] = []
+    args = list(pytest_args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        takes = arg in _VALUE_OPTIONS
+        if arg.startswith("-") and arg.split("=", 1)[0] not in _SELECTING:
+            out += args[i:i + 2] if takes else [arg]
+        i += 2 if takes else 1
+    return tuple(out)
+
+
 def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None = None,
              identity_text: str | None = None) -> KitPlan:
     """Read a run directory (its summary and run.json, through RunDir) into a :class:`KitPlan`.
@@ -130,11 +188,11 @@ def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None
     """
     run = RunDir(run_dir)
     run_info = run.run_info() or RunInfo()
+    summary = run.summary()
     if tests:
         failing = _checked(tuple(FailingTest(t, (t,), ("requested",), 0, None) for t in tests),
                            "--test")
     else:
-        summary = run.summary()
         if summary is None:  # a run killed before it wrote summary.json, or a damaged one
             from faulthunt.summary import summarize_run
 
@@ -146,6 +204,7 @@ def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None
     by_test = {f.base_nodeid: f for f in failing}
     default_count = count or _positive_int(run_info.option("count")) or 1
     python = run_info.pytest_argv[0] if run_info.pytest_argv else sys.executable
+    damaged = _damage(run, run_info, python)
     if identity_text is None:
         from faulthunt.identity import collect_basic, format_basic
 
@@ -155,8 +214,30 @@ def plan_kit(run_dir: Path, *, tests: list[str] | None = None, count: int | None
         cwd=run_info.cwd or str(Path.cwd()), rootdir=run.rootdir(), python=python,
         pytest_args=tuple(redact_argv(run_info.pytest_args)),
         failing=tuple(by_test.values()), count=default_count,
-        workers=_workers(run_info.option("workers")), staged_mono=time.monotonic(), staged_wall=time.time(),
+        workers=_workers(run_info.option("workers")),
+        stress_options=tuple(redact_argv(run_stress_options(run_info, summary))),
+        pytest_options=tuple(redact_argv(run_pytest_options(run_info.pytest_args))),
+        damaged=damaged,
+        staged_mono=time.monotonic(), staged_wall=time.time(),
         identity_text=identity_text)
+
+
+def _damage(run: RunDir, run_info: RunInfo, python: str) -> tuple[str, ...]:
+    """What the run could not tell (a damaged or missing run.json, summary.json, events) and
+    what the kit uses instead; empty for a whole run."""
+    said = [str(p) for p in run.problems()]
+    if not (run.path / Layout.RUN).is_file():
+        said.append(f"{Layout.RUN}: missing")
+    if said:
+        if not run_info.cwd:
+            said.append(f"the run's directory is unknown: the scripts run in {Path.cwd()} "
+                        "(where the kit was staged); edit the cd line of the scripts if that is wrong")
+        if not run_info.pytest_argv:
+            said.append(f"the run's Python is unknown: the scripts use {python}")
+        if not run_info.options:
+            said.append("the run's options are unknown: count 1, one worker, stress's own "
+                        "default timeout")
+    return tuple(redact_text(s) for s in said)
 
 
 def selection(plan: KitPlan, ids: list[str]) -> list[str]:
@@ -209,6 +290,10 @@ def render_run_reproducer(plan: KitPlan) -> str:
             + 'STRESS=()\nPYTEST=()\nwhile [ $# -gt 0 ]; do\n'
             + '  if [ "$1" = "--" ]; then shift; PYTEST=("$@"); break; fi\n'
             + '  STRESS+=("$1"); shift\ndone\n'
+            + "# the run's own options (its timeout, ledger, guard...; pytest's): given first, so\n"
+            + "# the options given to this script win\n"
+            + _bash_array("RUN_STRESS", list(plan.stress_options))
+            + _bash_array("RUN_PYTEST", list(plan.pytest_options))
             + _bash_array("TESTS", [f.base_nodeid for f in plan.failing])
             + _bash_array("SELECTION", selection(plan, [f.base_nodeid for f in plan.failing]))
             + f"PYTHON={shlex.quote(plan.python)}\n"
@@ -216,7 +301,8 @@ def render_run_reproducer(plan: KitPlan) -> str:
             + 'RUN="$KIT/runs/$(date +%Y%m%d-%H%M%S)-$$"\n'
             + 'echo "stressing ${#TESTS[@]} test(s) x $COUNT into $RUN"\n'
             + f'exec "$PYTHON" -m faulthunt stress --count "$COUNT" -n {shlex.quote(plan.workers)} '
-            + '--run-dir "$RUN" ${STRESS[@]+"${STRESS[@]}"} -- ${PYTEST[@]+"${PYTEST[@]}"} '
+            + '--run-dir "$RUN" ${RUN_STRESS[@]+"${RUN_STRESS[@]}"} ${STRESS[@]+"${STRESS[@]}"} '
+            + '-- ${RUN_PYTEST[@]+"${RUN_PYTEST[@]}"} ${PYTEST[@]+"${PYTEST[@]}"} '
             + '"${SELECTION[@]}"\n')
 
 
@@ -316,33 +402,61 @@ if __name__ == "__main__":
 
 
 def render_pyspy_workers(plan: KitPlan) -> str:
-    """``pyspy_workers.sh [pid...]``: py-spy dump of every pytest/reproducer process (or those given)."""
-    return (_HEADER.format(run_id=plan.run_id) + r'''
+    """``pyspy_workers.sh [pid...]``: py-spy dump of this kit's processes (or those given).
+
+    Only the run's own processes: pytest processes whose ``FAULTHUNT_RUN_DIR`` is the staged run
+    or one of the kit's ``runs/``, and this kit's ``repro_*.py``, of the current user; never
+    every pytest on a shared host. A process that exits between the listing and its dump says so.
+    """
+    run_dir = str(plan.run_dir.resolve())
+    return (_HEADER.format(run_id=plan.run_id)
+            + f"RUN_DIR={shlex.quote(run_dir)}\n" + r'''
 PYSPY="${PYSPY:-py-spy}"
 command -v "$PYSPY" >/dev/null || { echo "py-spy not found: pip install py-spy" >&2; exit 4; }
+ours() {  # $1: a pid of this kit's run: its FAULTHUNT_RUN_DIR, or one of this kit's repro_*.py
+  local pid="$1" env_dir script
+  env_dir="$({ tr '\0' '\n' < "/proc/$pid/environ"; } 2>/dev/null | sed -n 's/^FAULTHUNT_RUN_DIR=//p' | head -n1)"
+  case "$env_dir" in
+    "$RUN_DIR"|"$KIT"/runs/*) return 0 ;;
+  esac
+  while IFS= read -r script; do
+    script="$(cd "/proc/$pid/cwd" 2>/dev/null && realpath -e -- "$script" 2>/dev/null || true)"
+    [ "${script%/*}" = "$KIT" ] && return 0
+  done < <({ tr '\0' '\n' < "/proc/$pid/cmdline"; } 2>/dev/null | grep -E '(^|/)repro_[^/]*\.py$' || true)
+  return 1
+}
 PIDS=("$@")
 if [ ${#PIDS[@]} -eq 0 ]; then
-  for status in /proc/[0-9]*/cmdline; do
-    pid="${status#/proc/}"; pid="${pid%/cmdline}"
+  for dir in /proc/[0-9]*; do
+    pid="${dir#/proc/}"
     [ "$pid" = "$$" ] && continue
-    cmd="$(tr '\0' ' ' < "$status" 2>/dev/null || true)"
-    case "$cmd" in
-      *pyspy_workers*) ;;
-      *python*pytest*|*python*xdist*|*python*repro_*|*python*faulthunt*stress*) PIDS+=("$pid") ;;
-    esac
+    [ -O "$dir" ] || continue  # other users' processes are never ours to dump
+    ours "$pid" && PIDS+=("$pid")
   done
 fi
 if [ ${#PIDS[@]} -eq 0 ]; then
-  echo "no pytest, xdist worker or repro_*.py process is running (give pids as arguments)"
+  echo "no process of this kit's run is running (its pytest workers carry FAULTHUNT_RUN_DIR=$RUN_DIR or $KIT/runs/...; repro_*.py from $KIT); give pids as arguments"
   exit 0
 fi
 rc=0
 for pid in "${PIDS[@]}"; do
-  echo "=== pid $pid: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-200)"
-  "$PYSPY" dump --native --locals --pid "$pid" || {
-    rc=$?
+  cmd="$({ tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | cut -c1-200)" || true
+  if [ ! -d "/proc/$pid" ]; then
+    echo "=== pid $pid: exited before it could be dumped"
+    continue
+  fi
+  echo "=== pid $pid: $cmd"
+  if ! out="$("$PYSPY" dump --native --locals --pid "$pid" 2>&1)"; then
+    if [ ! -d "/proc/$pid" ]; then
+      echo "exited while being dumped"
+      continue
+    fi
+    rc=1
+    printf '%s\n' "$out" >&2
     echo "py-spy could not attach to $pid: try sudo, kernel.yama.ptrace_scope=0, or CAP_SYS_PTRACE (see faulthunt doctor)" >&2
-  }
+    continue
+  fi
+  printf '%s\n' "$out"
 done
 exit $rc
 ''')
@@ -399,11 +513,24 @@ exec dmesg -w | grep --line-buffered -E "NVRM|Xid"
 ''')
 
 
+def _damage_section(plan: KitPlan) -> str:
+    if not plan.damaged:
+        return ""
+    from faulthunt.report.escape import md_text
+
+    items = "".join(f"- {md_text(d)}\n" for d in plan.damaged)
+    return ("## Damaged run: check before trusting this kit\n"
+            "The run directory could not be read whole; the kit was staged from what could be "
+            "read, and assumed the rest:\n" + items + "\n")
+
+
 def render_readme(plan: KitPlan, scripts: dict[str, FailingTest]) -> str:
     """The cheatsheet: what failed, the edit-rebuild-rerun loop, how to read the logs."""
+    from faulthunt.report.escape import md_code  # ids exact: a long enough fence, `\|` in cells
+
     q = shlex.quote
     rows = "".join(
-        f"| `{t.base_nodeid.replace('|', '¦').replace('`', 'ʼ')}` | {', '.join(t.outcomes)} | "  # noqa: RUF001 - a look-alike on purpose: a backtick would end the code span
+        f"| {md_code(t.base_nodeid)} | {', '.join(t.outcomes)} | "
         f"{t.failures}{'/' + str(t.runs) if t.runs else ''} | `{name}` |\n"
         for name, t in scripts.items())
     first = next(iter(scripts), "repro_<test>.py")
@@ -414,19 +541,21 @@ def render_readme(plan: KitPlan, scripts: dict[str, FailingTest]) -> str:
 Staged {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(plan.staged_wall))} from `{plan.run_dir}`.
 Tests run from `{plan.cwd}` with `{plan.python}`{rooted}.
 
-| failing test | outcome | failures/runs | standalone reproducer |
+{_damage_section(plan)}| failing test | outcome | failures/runs | standalone reproducer |
 |---|---|---|---|
 {rows}
 ## The loop: edit, rebuild, rerun
 1. Edit the kernel or the test; rebuild your extension (e.g. `pip install -e . --no-build-isolation`).
 2. `./run_reproducer.sh 50` stresses exactly these tests 50 times each (`./run_reproducer.sh 200 -x
-   --timeout 60 -- -s` passes stress options, then pytest options after `--`). Each run lands in
+   --timeout 60 -- -s` passes stress options, then pytest options after `--`; the run's own
+   `--timeout` and options are passed first, yours win). Each run lands in
    `runs/<time>/`; `faulthunt report --run runs/<time>`.
 3. `python3 {first} [count]`: one test in a fresh process; prints its pid; a hang dumps all stacks
    every `FAULTHUNT_HANG_SECONDS` (120 s) through faulthandler.
 4. `./run_sanitizer.sh [memcheck|racecheck|initcheck|synccheck]`: the failing tests under
    compute-sanitizer; results in `run/sanitizer/` (`sanitizer_summary.txt` first).
-5. Hung? `./pyspy_workers.sh` dumps every pytest worker / reproducer (`--native --locals`).
+5. Hung? `./pyspy_workers.sh` dumps this kit's pytest workers and repro scripts (`--native --locals`;
+   other processes on the host are left alone; pids as arguments dump those).
 6. `./xid_since.sh` shows NVRM/Xid lines since this kit was staged (`--all` for every line).
    Xid 31 = MMU fault (address in `faulted @ 0x..._...`), 13 = graphics exception, 43 = process
    torn down after an error. `faulthunt map --run run` maps fault addresses to allocations.

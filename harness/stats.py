@@ -83,3 +83,17 @@ def rate_ruled_out(runs: int, confidence: float = 0.95) -> float:
     if runs == 0:
         return 1.0
     return 1.0 - math.pow(1.0 - confidence, 1.0 / runs)
+
+
+def fisher_greater(fails_a: int, runs_a: int, fails_b: int, runs_b: int) -> float:
+    """One-sided Fisher exact test: the chance, were both groups to fail at the same rate, that
+    group A would show ``fails_a`` failures or more given the failures of both together. Small
+    (<= 0.05) means A fails more often than B by more than chance (isolate: after predecessors
+    vs alone)."""
+    total_fails, total = fails_a + fails_b, runs_a + runs_b
+    if not runs_a or not runs_b or not total_fails:
+        return 1.0
+    denom = math.comb(total, total_fails)
+    hi = min(runs_a, total_fails)
+    return sum(math.comb(runs_a, k) * math.comb(runs_b, total_fails - k)
+               for k in range(fails_a, hi + 1)) / denom

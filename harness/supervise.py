@@ -68,8 +68,8 @@ def allow_ptrace_by_any() -> bool:
 def pyspy_dump(pid: int, path: Path, timeout: float = 30.0) -> DumpResult:
     """``py-spy dump --native --locals --pid PID`` into ``path``; says plainly why when it can't.
 
-    Locals can hold secrets (a token a test was given): the dump is written with known secret
-    shapes scrubbed (``faulthunt.redact.redact_text``)."""
+    Locals can hold secrets (a token a test was given): the dump is written with the values of
+    secret-named locals and known secret shapes scrubbed (``faulthunt.redact.redact_stack_dump``)."""
     exe = shutil.which("py-spy")
     if exe is None:
         return DumpResult(None, "py-spy is not installed (pip install py-spy); "
@@ -95,11 +95,11 @@ def pyspy_dump(pid: int, path: Path, timeout: float = 30.0) -> DumpResult:
                     "`docker run --cap-add SYS_PTRACE`, or set kernel.yama.ptrace_scope=0)")
         return DumpResult(None, f"py-spy dump failed with status {proc.returncode}: "
                                 f"{err[:500]}{hint}")
-    from faulthunt.redact import redact_text
+    from faulthunt.redact import redact_stack_dump
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# {' '.join(cmd)}\n{redact_text(text)}", encoding="utf-8")
+        path.write_text(f"# {' '.join(cmd)}\n{redact_stack_dump(text)}", encoding="utf-8")
     except OSError as exc:
         return DumpResult(None, f"cannot write {path}: {exc.strerror}")
     return DumpResult(path)

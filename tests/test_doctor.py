@@ -217,3 +217,25 @@ def test_strict_fails_on_what_the_report_lists(monkeypatch: pytest.MonkeyPatch,
     assert main(["doctor", "--strict"]) == strict_rc
     assert ("problem(s)" in capsys.readouterr().out) == bool(strict_rc)
     assert main(["doctor"]) == 0
+
+
+def test_doctor_names_the_extras_that_provide_missing_tools(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "pip install 'faulthunt[sanitizer]'" in identity.TOOLS["compute-sanitizer"][1]
+    assert "nvidia-cuda-sanitizer-api" in identity.TOOLS["compute-sanitizer"][1]
+    assert "faulthunt[cuobjdump]" in identity.TOOLS["cuobjdump"][1]
+    assert "faulthunt[spy]" in identity.TOOLS["py-spy"][1]
+    # the variable the fix names is honoured by doctor as by `faulthunt sanitize`
+    tool = tmp_path / "compute-sanitizer"
+    tool.write_text("#!/bin/sh\necho 'Version 2025.3.1.0'\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("FAULTHUNT_COMPUTE_SANITIZER", str(tool))
+    assert identity.find_tool("compute-sanitizer") == str(tool)
+
+
+def test_sanitize_parse_errors_name_the_subcommand(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from faulthunt.cli import main
+
+    assert main(["sanitize", "parse", str(tmp_path / "missing.log")]) == 3
+    assert capsys.readouterr().err.startswith("faulthunt sanitize parse: cannot read ")

@@ -243,3 +243,20 @@ def test_stress_guard_names_simulated_faults_exactly(tmp_path):
                             "4000-byte cupy allocation at ")
     assert slack.endswith("allocated by test_sim.py::test_slack, in the 96 bytes its 256-byte "
                           "alignment leaves before the guard")
+
+
+@pytest.mark.parametrize("rate, said", [("0", "RATE must be >= 1"), ("off", "neither a RATE"),
+                                        ("abc", "neither a RATE nor a test path"),
+                                        ("-3", "--guard -3: RATE must be >= 1")])
+def test_spec_from_args_refuses_what_is_no_rate_and_no_path(rate, said, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=said) as err:
+        spec_from_args(rate, None)
+    assert "--guard" in (err.value.fix or "")
+
+
+def test_spec_from_args_takes_a_path_for_pytest(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "suite").mkdir()
+    assert spec_from_args("suite", None) == ("100", "suite")
+    assert spec_from_args("test_x.py::test_a", None) == ("100", "test_x.py::test_a")

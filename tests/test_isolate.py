@@ -68,6 +68,33 @@ def test_isolate_polluting_suite(tmp_path: Path) -> None:
     target = "test_leak.py::test_reader"
     preds = predecessors(run, target)
     assert preds == [f"test_leak.py::{n}" for n in names[:-1]]
-    res = isolate(target, preds, pytest_probe(target, cwd=tmp_path, repeats=1))
+    res = isolate(target, preds, pytest_probe(target, cwd=tmp_path, repeats=3))
     assert res["fails_alone"] is False and res["fails_after_predecessors"] is True
     assert res["minimal"] == ["test_leak.py::test_polluter"]
+
+
+def test_a_purely_flaky_test_gets_no_culprit() -> None:
+    """Fails 1 in 3 whatever ran before it: passing alone 3 times is luck, not evidence."""
+    from faulthunt.hunt.isolate import CountingProbe
+
+    calls = iter(range(10_000))
+    probe = CountingProbe(lambda preds: next(calls) % 3 == 2, repeats=3)
+    # alone: runs 0,1,2 -> fails once: "fails alone too"
+    res = isolate("t", ["a", "b", "c", "d"], probe)
+    assert res["minimal"] is None and res["reading"].startswith("inconclusive: fails alone too")
+    assert res["alone"] == {"failed": 1, "runs": 3}
+    # alone passes by luck (0 of 3), after fails 1 of 3: chance, not a cause
+    seq = iter([False] * 3 + [False, True, False] + [False] * 100)
+    probe = CountingProbe(lambda preds: next(seq), repeats=3)
+    res = isolate("t", ["a", "b", "c", "d"], probe)
+    assert res["minimal"] is None and res["reading"].startswith("inconclusive: failed 0 of 3 runs")
+    assert res["confidence"] == 0.5 and "--repeats" in res["reading"]
+
+
+def test_a_real_leak_is_named_with_its_counts() -> None:
+    from faulthunt.hunt.isolate import CountingProbe
+
+    probe = CountingProbe(lambda preds: "c" in preds, repeats=3)
+    res = isolate("t", ["a", "b", "c", "d"], probe)
+    assert res["minimal"] == ["c"] and res["after_minimal"] == {"failed": 3, "runs": 3}
+    assert res["confidence"] == 0.95 and "confidence 95%" in res["reading"]

@@ -53,7 +53,7 @@ def test_isolate_after_a_count_3_run_names_the_polluter(counted_run: Path,
     plan = replay_plan(counted_run, "test_leak.py::test_reader")
     assert plan.count == 3 and plan.target == "test_leak.py::test_reader[1-3]"
     assert "test_leak.py::test_polluter[2-3]" in plan.predecessors
-    rc = main(["isolate", "test_leak.py::test_reader", "--run", str(counted_run), "--repeats", "1",
+    rc = main(["isolate", "test_leak.py::test_reader", "--run", str(counted_run), "--repeats", "3",
                "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 1 and res["fails_alone"] is False and res["fails_after_predecessors"] is True
@@ -65,7 +65,7 @@ def test_isolate_after_a_count_3_run_names_the_polluter(counted_run: Path,
 def test_isolate_finds_a_test_that_pollutes_its_own_next_run(counted_run: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     # the reason repeat steps are replayed as recorded: with base ids the earlier run would vanish
-    rc = main(["isolate", "test_leak.py::test_counter", "--run", str(counted_run), "--repeats", "1",
+    rc = main(["isolate", "test_leak.py::test_counter", "--run", str(counted_run), "--repeats", "3",
                "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 1 and res["nodeid"] == "test_leak.py::test_counter[2-3]"
@@ -128,5 +128,5 @@ def test_replay_keeps_the_recorded_order_across_parameters(tmp_path: Path) -> No
     run = tmp_path / "run"
     _events(run, ["t.py::test_p[1]", "t.py::test_pol", "t.py::test_p[2]"], "t.py::test_p[2]")
     plan = replay_plan(run, "t.py::test_p[2]")
-    res = isolate(plan.target, plan.predecessors, pytest_probe(plan.target, cwd=tmp_path, repeats=1))
+    res = isolate(plan.target, plan.predecessors, pytest_probe(plan.target, cwd=tmp_path, repeats=3))
     assert res["fails_alone"] is False and res["minimal"] == ["t.py::test_pol"]

@@ -207,7 +207,7 @@ def test_isolate_replays_hostile_ids_in_the_recorded_order_from_the_parent(
     (run / "controller.jsonl").write_text(json.dumps(
         {"event": "session_start", "pid": 1, "t": 0.0, "rootdir": str(parent / "sub")}) + "\n")
     (run / "run.json").write_text(json.dumps({"id": "r", "cwd": str(parent)}))
-    rc = main(["isolate", "tests/test_o.py::test_p[-x]", "--run", str(run), "--repeats", "1", "--json"])
+    rc = main(["isolate", "tests/test_o.py::test_p[-x]", "--run", str(run), "--repeats", "3", "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 1 and res["fails_alone"] is False and res["fails_after_predecessors"] is True
     assert res["minimal"] == ["tests/test_o.py::test_pol[--basetemp=oops]"]

@@ -191,3 +191,41 @@ def test_redact_json_of_a_deep_record_does_not_overflow() -> None:
     for _ in range(100_000):
         out = out[0]
     assert out == REDACTED
+
+
+# `py-spy dump --native --locals --pid PID` of a sleeping function (py-spy 0.4, CPython 3.11.7,
+# x86_64 Linux), its locals planted
+PYSPY_LOCALS = '''Thread 30482 (idle)
+    clock_nanosleep (libc.so.6)
+    f (spyme.py:7)
+        Arguments:
+            session_token: "abc-plain-value-1"
+        Locals:
+            api_token: "hunter2plainvalue"
+            password: "pw-not-a-shape"
+            gh: "ghp_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+            my_secret_key: {"a": 1}
+            count: 3
+    <module> (spyme.py:8)
+'''
+
+
+def test_stack_dump_hides_secret_named_locals_and_secret_shapes() -> None:
+    from faulthunt.redact import redact_stack_dump
+
+    out = redact_stack_dump(PYSPY_LOCALS)
+    for secret in ("abc-plain-value-1", "hunter2plainvalue", "pw-not-a-shape", "ghp_AAAA", '"a": 1'):
+        assert secret not in out
+    assert "            password: <redacted>" in out
+    assert '            gh: "<redacted>"' in out
+    assert "            count: 3" in out and "f (spyme.py:7)" in out and "Locals:" in out
+
+
+def test_kit_copy_of_a_hang_dump_hides_secret_named_locals(tmp_path) -> None:
+    from faulthunt.scrub import copy_scrubbed
+
+    (tmp_path / "run" / "hangs").mkdir(parents=True)
+    (tmp_path / "run" / "hangs" / "gw0-1.py-spy.txt").write_text(PYSPY_LOCALS)
+    assert copy_scrubbed(tmp_path / "run", tmp_path / "kit") == []
+    dump = (tmp_path / "kit" / "hangs" / "gw0-1.py-spy.txt").read_text()
+    assert "hunter2plainvalue" not in dump and "api_token: <redacted>" in dump

@@ -94,3 +94,18 @@ def test_reports_kit_merge_and_controller_hold_no_planted_secret(hunt: dict[str,
 def test_every_file_of_the_run_holds_no_planted_secret(hunt: dict[str, Path]) -> None:
     # run.json (argv, pytest_args, pytest_argv), reproducer.log, events/, summary.json
     assert leaks(hunt["run"]) == []
+
+
+def test_a_run_where_nothing_ran_keeps_no_secret_of_the_command_line(tmp_path: Path) -> None:
+    """pytest's usage error echoes the bad argv value into summary.json's no_tests_reason, and a
+    -k expression holding NAME=secret is recorded in run.json's options: both redacted."""
+    (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n")
+    bad = faulthunt("stress", "-q", "--xid-source", "none", "--run-dir", str(tmp_path / "r1"),
+                    "--", f"--token={GH}", cwd=tmp_path)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    summary = json.loads((tmp_path / "r1" / "summary.json").read_text())
+    assert summary["no_tests_reason"] == "pytest: unrecognized arguments: --token=<redacted>"
+    keyword = faulthunt("stress", "-q", "--xid-source", "none", "--run-dir", str(tmp_path / "r2"),
+                        "-k", f"API_KEY={PASSWORD} or test_a", cwd=tmp_path)
+    assert (tmp_path / "r2" / "run.json").is_file(), keyword.stdout + keyword.stderr
+    assert leaks(tmp_path / "r1", tmp_path / "r2") == []

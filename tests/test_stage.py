@@ -226,3 +226,98 @@ def test_cli_stage(hostile, capsys: pytest.CaptureFixture[str]) -> None:  # type
     out = capsys.readouterr().out
     assert f"staged {len(nodeids)} failing test(s)" in out
     assert main(["stage", "--run", str(tmp / "nope"), str(kit)]) == 3
+
+
+def test_kit_reproducer_keeps_the_runs_timeout_and_options(tmp_path: Path) -> None:
+    """A hang in the kit ends as it did in the run: run_reproducer.sh passes the run's
+    --timeout, its other stress options and its own pytest options (not its paths)."""
+    (tmp_path / "test_h.py").write_text("import time\n\ndef test_hang():\n    time.sleep(120)\n")
+    run, kit = tmp_path / "run", tmp_path / "kit"
+    stress = subprocess.run([sys.executable, "-m", "faulthunt", "stress", "-q", "--xid-source",
+                             "none", "--timeout", "1", "--no-recycle", "--run-dir", str(run), "--",
+                             "-p", "no:randomly", "test_h.py"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert stress.returncode == 1, stress.stdout + stress.stderr
+    plan = plan_kit(run, identity_text="")
+    assert plan.stress_options == ("--timeout", "1", "--no-recycle", "--max-worker-restart", "1000")
+    assert plan.pytest_options == ("-p", "no:randomly")
+    stage(run, kit)
+    again = subprocess.run([str(kit / "run_reproducer.sh"), "1", "-q"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1, again.stdout + again.stderr
+    summary = json.loads(next((kit / "runs").glob("*/summary.json")).read_text())
+    assert summary["outcomes"].get("hung") == 1 and summary["timeout"]["seconds"] == 1
+
+
+def test_run_pytest_options_keep_options_and_drop_selection() -> None:
+    from faulthunt.stage import run_pytest_options
+
+    assert run_pytest_options(["tests/", "-p", "no:randomly", "-k", "x", "a.py::t[1]", "-x",
+                               "--deselect", "a.py::t", "-o", "a=b", "--", "-weird"]) \
+        == ("-p", "no:randomly", "-x", "-o", "a=b")
+
+
+def test_kit_readme_keeps_ids_exact_in_markdown(hostile) -> None:  # type: ignore[no-untyped-def]
+    """`|` and backticks in ids are escaped for Markdown, never swapped for look-alikes: the id
+    read back from the README's table (the fence stripped, `\\|` unescaped) is the id."""
+    import re
+
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    readme = (kit / "README.md").read_text()
+    assert "\u00a6" not in readme and "\u02bc" not in readme  # the look-alikes used before
+    ids = []
+    for line in readme.splitlines():
+        if line.startswith("| `") and "repro_" in line:
+            cell = line[2:].split(" | ")[0]
+            fence = re.match(r"`+", cell).group(0)  # type: ignore[union-attr]
+            ids.append(cell[len(fence):-len(fence)].replace("\\|", "|"))
+    assert sorted(ids) == sorted(nodeids)
+
+
+def test_a_damaged_run_json_is_said_and_marked_in_the_kit(hostile, capsys) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    (run / "run.json").write_text('{"id": "x", "cwd": ')  # torn
+    assert main(["stage", "--run", str(run), str(kit)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: damaged run: run.json: not valid JSON" in err
+    assert "the run's directory is unknown" in err
+    readme = (kit / "README.md").read_text()
+    assert "## Damaged run: check before trusting this kit" in readme
+    assert "the run's options are unknown" in readme
+    assert (kit / "run_reproducer.sh").is_file()  # what can be staged is staged
+
+
+def test_a_whole_run_has_no_damage_section(hostile) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    assert "Damaged run" not in (kit / "README.md").read_text()
+
+
+@pytest.mark.skipif(not shutil.which("py-spy"), reason="py-spy is not installed")
+def test_pyspy_workers_dumps_only_this_kits_processes(hostile) -> None:  # type: ignore[no-untyped-def]
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    sleep = "import time; time.sleep(60)  # pytest"
+    ours = subprocess.Popen([sys.executable, "-c", sleep],
+                            env={**os.environ, "FAULTHUNT_RUN_DIR": str(kit / "runs" / "r1")})
+    other = subprocess.Popen([sys.executable, "-c", sleep],  # someone else's pytest
+                             env={**os.environ, "FAULTHUNT_RUN_DIR": str(tmp / "elsewhere")})
+    (kit / "repro_sleep.py").write_text("import time\ntime.sleep(60)\n")
+    repro = subprocess.Popen([sys.executable, str(kit / "repro_sleep.py")], cwd=tmp)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        spy = subprocess.run(["bash", str(kit / "pyspy_workers.sh")], capture_output=True,
+                             text=True, timeout=60)
+        dead = subprocess.run(["bash", str(kit / "pyspy_workers.sh"), str(gone.pid)],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        for p in (ours, other, repro):
+            p.kill()
+            p.wait()
+    assert spy.returncode == 0, spy.stderr
+    assert f"=== pid {ours.pid}:" in spy.stdout and f"pid {other.pid}" not in spy.stdout
+    assert f"=== pid {repro.pid}:" in spy.stdout  # this kit's repro script, by its path
+    assert dead.returncode == 0 and dead.stderr == ""
+    assert dead.stdout.strip() == f"=== pid {gone.pid}: exited before it could be dumped"

@@ -386,3 +386,61 @@ def test_render_says_why_nothing_ran(tmp_path):
     text = buf.getvalue()
     assert "no test ran: pytest: unrecognized arguments: --bogus" in text
     assert "reproducer.log" in text
+
+
+def test_stress_typo_option_is_a_usage_error_before_anything_is_created(tmp_path, monkeypatch,
+                                                                      capsys):
+    from faulthunt.cli import main
+
+    _write(tmp_path / "test_ok.py", "def test_ok(): pass\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["stress", "--cuont", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown option --cuont (did you mean --count?)" in err and "after `--`" in err
+    assert not (tmp_path / ".faulthunt").exists()
+
+
+def test_stress_own_options_list_is_the_parsers():
+    import argparse
+
+    from faulthunt.cli import stress
+
+    parser = argparse.ArgumentParser()
+    stress.add_arguments(parser)
+    longs = {o for a in parser._actions if a.help != argparse.SUPPRESS
+             for o in a.option_strings if o.startswith("--") and o != "--help"}
+    assert longs == set(stress._OWN_OPTIONS)
+
+
+def test_ledger_cupti_unavailable_is_said_and_falls_back_to_auto():
+    from faulthunt.stress.options import check_ledger
+
+    said: list[str] = []
+    opts = check_ledger(StressOptions(ledger="cupti"), said.append,
+                        cupti_problem=lambda: "cupti-python is not installed")
+    assert opts.ledger == "auto"
+    assert said == ["--ledger cupti: CUPTI is unavailable (cupti-python is not installed); falling "
+                    "back to --ledger auto (framework allocations only, no launch records)"]
+    kept = check_ledger(StressOptions(ledger="cupti"), said.append, cupti_problem=lambda: None)
+    assert kept.ledger == "cupti" and len(said) == 1
+    assert check_ledger(StressOptions(ledger="off"), said.append).ledger == "off"
+
+
+def test_stress_no_xdist_hang_says_what_never_ran(tmp_path):
+    """-n 0: the first hang ends the one pytest process; the runs it cut off are said."""
+    _write(tmp_path / "test_h.py", """
+        import time
+        def test_a(): pass
+        def test_hang(): time.sleep(120)
+        def test_b(): pass
+        def test_c(): pass
+    """)
+    proc = _stress(["-n", "0", "--timeout", "1", "--count", "2", "-p", "no:randomly",
+                    "--run-dir", "run", "--xid-source", "none", "test_h.py"], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["outcomes"] == {"passed": 2, "hung": 1} and summary["workers"]["hung"] == 1
+    assert summary["stopped_early"] == (
+        "the hang of test_h.py::test_hang[1-2] ended the single pytest process (-n 0): 5 of 8 "
+        "collected test runs never ran (use -n 1 or more: a hung worker is replaced and the rest run)")
+    assert "5 of 8 collected test runs never ran" in proc.stdout

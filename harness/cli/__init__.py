@@ -172,10 +172,11 @@ def _main(argv: list[str]) -> int:
         sys.stdout.flush()  # output still buffered meets a full disk here, not at exit
         return status
     except FaulthuntError as exc:
-        _tell(f"faulthunt {args.command}: {exc}")
+        # a subcommand may name itself ("sanitize parse") so its errors read like its warnings
+        _tell(f"faulthunt {getattr(args, 'command_label', None) or args.command}: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
-        _tell(f"faulthunt {args.command}: interrupted")
+        _tell(f"faulthunt {getattr(args, 'command_label', None) or args.command}: interrupted")
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # `faulthunt xid parse big.log | head`: the reader left; not an error of ours.

@@ -75,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="sanitize_action", metavar="parse")
     p = sub.add_parser("parse", help="parse a saved compute-sanitizer log or XML file",
                        description="parse a saved compute-sanitizer text log or --xml file")
+    p.set_defaults(command_label="sanitize parse")  # errors say which command: cli._main
     p.add_argument("path", type=Path, help="log or XML file ('-' reads stdin)")
     p.add_argument("--json", action="store_true",
                    help="JSON Lines: one object per error record, in file order")

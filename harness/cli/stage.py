@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Stage the kit and say where it is and what to run first."""
+    import sys
+
     from faulthunt.errors import UsageError
     from faulthunt.rundir import resolve_run_dir
     from faulthunt.stage import stage
@@ -40,6 +42,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"staged {len(plan.failing)} failing test(s) of run {plan.run_id} in {kit}")
     for test in plan.failing:
         print(f"  {test.base_nodeid}  ({', '.join(test.outcomes)})")
+    for damage in plan.damaged:
+        print(f"  warning: damaged run: {damage}", file=sys.stderr)
+    if plan.damaged:
+        print("  (README.md lists what the kit assumed: check it before trusting the kit)",
+              file=sys.stderr)
     for problem in result["copy_problems"]:
         print(f"  warning: not copied from the run: {problem}")
     print(f"next: cd {shlex.quote(str(kit))} && ./run_reproducer.sh {plan.count}   (README.md has the loop)")

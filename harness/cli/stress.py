@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from faulthunt.stress import StressOptions
 
 HELP = "stress-run a pytest suite (xdist + repeat) and attribute crashes, hangs and Xids to tests"
@@ -106,6 +108,7 @@ def options(args: argparse.Namespace) -> StressOptions:
     from faulthunt.guard.config import spec_from_args
     from faulthunt.stress import DEFAULT_MAX_WORKER_RESTART, StressOptions, parse_gpus
 
+    _check_unknown_options(getattr(args, "extra", None) or (), _OWN_OPTIONS)
     gpus = parse_gpus(args.gpus) if args.gpus else None
     workers = args.workers
     if workers is None:
@@ -127,6 +130,34 @@ def options(args: argparse.Namespace) -> StressOptions:
         recycle=not args.no_recycle, guard=guard,
         max_worker_restart=(args.max_worker_restart if args.max_worker_restart is not None
                             else DEFAULT_MAX_WORKER_RESTART))
+
+
+#: faulthunt stress's own long options (a typo of one is a usage error, not a pytest option)
+_OWN_OPTIONS = ("--workers", "--count", "--maxfail", "--exitfirst", "--timeout",
+                "--no-launch-blocking", "--gpus", "--run-dir", "--xid-source", "--ledger",
+                "--guard", "--guard-side", "--max-worker-restart", "--no-recycle", "--junitxml",
+                "--quiet")
+
+
+def _check_unknown_options(extra: Sequence[str], own: Sequence[str]) -> None:
+    """An unknown option before ``--`` that reads like a typo of one of ours (``--cuont``) is a
+    usage error now, before a run directory exists; others go to pytest (its plugins add
+    options faulthunt cannot know)."""
+    import difflib
+
+    from faulthunt.errors import UsageError
+
+    for token in extra:
+        if token == "--":
+            return
+        name = token.split("=", 1)[0]
+        if not name.startswith("--") or name in own:
+            continue
+        close = difflib.get_close_matches(name, own, n=1, cutoff=0.8)
+        if close:
+            raise UsageError(f"unknown option {name} (did you mean {close[0]}?)",
+                             fix=f"spell it {close[0]}; a pytest option of that name goes "
+                                 f"after `--` (faulthunt stress [options] -- {name} ...)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -144,6 +144,15 @@ def _value(key: str, value: str) -> Any:
 FRAMEWORKS = ("cupy", "numba", "cuda_core", "cuda_bindings", "torch")
 
 
+def _reads_as_path(text: str) -> bool:
+    """``tests/``, ``test_x.py``, ``t.py::test_a``, an existing file or directory: what argparse
+    took for ``--guard``'s RATE but the user meant for pytest."""
+    import os
+
+    return ("/" in text or "::" in text or text.endswith(".py")
+            or os.path.exists(text.split("::")[0]))
+
+
 def spec_from_args(rate: str | None, side: str | None) -> tuple[str | None, str | None]:
     """``--guard [RATE]`` and ``--guard-side`` -> (the canonical spec for workers or None, a
     pytest argument that argparse took for RATE or None).
@@ -153,14 +162,23 @@ def spec_from_args(rate: str | None, side: str | None) -> tuple[str | None, str 
     """
     leftover = None
     if rate is not None and rate.strip() and not rate.strip()[0].isdigit():
+        if rate.strip().lstrip("-").isdigit():  # `--guard -3`
+            raise UsageError(f"--guard {rate.strip()}: RATE must be >= 1 (1 in RATE allocations "
+                             "guarded)", fix="--guard alone (1 in 100) or --guard RATE, RATE >= 1")
+        if not _reads_as_path(rate):
+            raise UsageError(f"--guard {rate!r} is neither a RATE nor a test path",
+                             fix="--guard alone (1 in 100), --guard RATE (an integer >= 1), or "
+                                 f"--guard RATE,key=value...; {_FIX}")
         leftover, rate = rate, ""
     if rate is None:
         if side is not None:
             raise UsageError("--guard-side needs --guard", fix="add --guard (or --guard RATE)")
         return None, leftover
     cfg = parse_spec(rate or str(DEFAULT_RATE))
-    if cfg is None:
-        return None, leftover
+    if cfg is None:  # `--guard 0`: FAULTHUNT_GUARD=0 means off, a command line asks for guard
+        raise UsageError(f"--guard {rate!r}: RATE must be >= 1 (1 in RATE allocations guarded)",
+                         fix="leave --guard out to run without guard mode, or give --guard 1 "
+                             "(every allocation) ... --guard 100 (the default)")
     if side is not None:
         cfg = dataclasses.replace(cfg, side=side)
     return cfg.to_spec(), leftover

@@ -30,9 +30,16 @@ from faulthunt.nodeids import check_node_id, pytest_selection
 from faulthunt.records.documents import RunInfo
 from faulthunt.records.run import TestSpan
 from faulthunt.rundir import RUN_DIR_ENV, RunDir
+from faulthunt.stats import fisher_greater
 
 #: fails(predecessors) -> True when running predecessors then the target fails
 Probe = Callable[[Sequence[str]], bool]
+#: tally(predecessors) -> (failures, runs) of the target after predecessors, every repeat run
+Tally = Callable[[Sequence[str]], tuple[int, int]]
+
+#: a difference between "after predecessors" and "alone" is named a cause only when chance
+#: explains it at most this often (one-sided Fisher; 3 of 3 after vs 0 of 3 alone is 0.05)
+SIGNIFICANCE = 0.05
 
 
 _REPEAT_STEP = re.compile(r"-(\d+)-(\d+)\]$")
@@ -179,37 +186,79 @@ def pytest_probe(target: str, *, cwd: Path, repeats: int = 3, python: str | None
     cwd = Path(cwd).resolve()
     forms = list(dict.fromkeys([target, shown_id(target, rootdir, cwd)]))
 
-    def probe(preds: Sequence[str]) -> bool:
-        for _ in range(repeats):
-            argv = probe_argv(target, preds, count, python, rootdir=rootdir, cwd=cwd)
-            p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
-            said = _short_summary(p.stdout, forms)
-            bad = bool(said & {"FAILED", "ERROR"})
-            if p.returncode not in (0, 1) or not said:
-                raise FaulthuntError(f"pytest exited {p.returncode} without running {target}:\n"
-                                     f"{p.stdout[-1500:]}{p.stderr[-500:]}",
-                                     fix="check the test still exists (`pytest --collect-only -q`) and "
-                                         "that --cwd is the directory the run was started from")
-            if bad:
-                return True
-        return False
+    def once(preds: Sequence[str]) -> bool:
+        argv = probe_argv(target, preds, count, python, rootdir=rootdir, cwd=cwd)
+        p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+        said = _short_summary(p.stdout, forms)
+        if p.returncode not in (0, 1) or not said:
+            raise FaulthuntError(f"pytest exited {p.returncode} without running {target}:\n"
+                                 f"{p.stdout[-1500:]}{p.stderr[-500:]}",
+                                 fix="check the test still exists (`pytest --collect-only -q`) and "
+                                     "that --cwd is the directory the run was started from")
+        return bool(said & {"FAILED", "ERROR"})
 
-    return probe
+    return CountingProbe(once, repeats)
 
 
-def isolate(target: str, preds: Sequence[str], probe: Probe) -> dict[str, object]:
-    """Alone vs after predecessors, and the minimal polluting set when it fails only after others."""
-    alone = probe([])
-    after = probe(list(preds)) if preds else alone
-    result: dict[str, object] = {"nodeid": target, "predecessors": len(preds), "fails_alone": alone,
-                                 "fails_after_predecessors": after, "minimal": None}
-    if alone:
-        result["reading"] = "fails on its own in a fresh process: not a state leak from other tests"
-    elif not after:
-        result["reading"] = "passed alone and after its predecessors: the failure did not reproduce"
+class CountingProbe:
+    """A probe (``probe(preds)``: fails in any of ``repeats`` runs, stopping at the first) that
+    also counts (``probe.tally(preds)``: failures and runs over all ``repeats``)."""
+
+    def __init__(self, once: Callable[[Sequence[str]], bool], repeats: int) -> None:
+        self._once, self.repeats = once, repeats
+
+    def __call__(self, preds: Sequence[str]) -> bool:
+        return any(self._once(preds) for _ in range(self.repeats))
+
+    def tally(self, preds: Sequence[str]) -> tuple[int, int]:
+        return sum(self._once(preds) for _ in range(self.repeats)), self.repeats
+
+
+def isolate(target: str, preds: Sequence[str], probe: Probe,
+            tally: Tally | None = None) -> dict[str, object]:
+    """Alone vs after predecessors, and the minimal polluting set when it fails only after others.
+
+    A cause is named only when the counts say so: failing after the predecessors and never
+    alone must be beyond chance (:data:`SIGNIFICANCE`, one-sided Fisher), and the minimal set
+    must make it fail again. A test that fails 1 in k on its own would otherwise pass alone by
+    luck and ddmin, fed a coin, would name a random predecessor.
+    """
+    count = tally or getattr(probe, "tally", None) or (lambda p: (int(probe(p)), 1))
+    alone = count([])
+    after = count(list(preds)) if preds else alone
+    result: dict[str, object] = {
+        "nodeid": target, "predecessors": len(preds), "fails_alone": bool(alone[0]),
+        "fails_after_predecessors": bool(after[0]), "minimal": None,
+        "alone": _counts(alone), "after_predecessors": _counts(after)}
+    chance = fisher_greater(after[0], after[1], alone[0], alone[1])
+    result["confidence"] = round(1 - chance, 3)
+    said = f"failed {alone[0]} of {alone[1]} runs alone, {after[0]} of {after[1]} after its predecessors"
+    if alone[0]:
+        result["reading"] = (f"inconclusive: fails alone too ({said}): flaky on its own, not a "
+                             "state leak from other tests")
+    elif not after[0]:
+        result["reading"] = f"did not reproduce ({said})"
+    elif chance > SIGNIFICANCE:
+        result["reading"] = (f"inconclusive: {said}; chance alone would show that "
+                             f"{chance:.0%} of the time: rerun with more --repeats (e.g. "
+                             f"{max(10, 3 * alone[1])})")
     else:
         minimal = ddmin(list(preds), probe)
-        result["minimal"] = minimal
-        result["reading"] = (f"fails only after {', '.join(minimal)}: that test leaves state "
-                             "(a cache, a stream, a freed buffer) that this one picks up")
+        again = count(minimal)
+        result["after_minimal"] = _counts(again)
+        confirm = fisher_greater(again[0], again[1], alone[0], alone[1])
+        result["confidence"] = round(1 - max(chance, confirm), 3)
+        if confirm > SIGNIFICANCE:
+            result["reading"] = (f"inconclusive: {said}, but {again[0]} of {again[1]} after "
+                                 f"{', '.join(minimal)} alone: rerun with more --repeats")
+        else:
+            result["minimal"] = minimal
+            result["reading"] = (f"fails only after {', '.join(minimal)} ({said}, {again[0]} of "
+                                 f"{again[1]} after that; confidence {1 - max(chance, confirm):.0%}): "
+                                 "that test leaves state (a cache, a stream, a freed buffer) that "
+                                 "this one picks up")
     return result
+
+
+def _counts(tally: tuple[int, int]) -> dict[str, int]:
+    return {"failed": tally[0], "runs": tally[1]}

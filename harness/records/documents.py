@@ -33,7 +33,7 @@ def _builtins(value: Any) -> Any:
 def _redacted(value: Any) -> Any:
     """Options as recorded: lists of text redacted as command lines, mappings of text as
     environments (faulthunt.redact), other text as values; nested alike."""
-    from faulthunt.redact import redact_argv, redact_env, redact_value
+    from faulthunt.redact import redact_argv, redact_env, redact_text
 
     if isinstance(value, list):
         if all(isinstance(v, str) for v in value):
@@ -44,7 +44,7 @@ def _redacted(value: Any) -> Any:
             return redact_env(value)
         return {k: _redacted(v) for k, v in value.items()}
     if isinstance(value, str):
-        return redact_value(value)
+        return redact_text(value)
     return value
 
 

@@ -22,6 +22,7 @@ from faulthunt.records.codec import convert
 from faulthunt.records.documents import XidLine
 from faulthunt.records.events import Crash, RestartLimit
 from faulthunt.records.run import TestSpan
+from faulthunt.redact import redact_text
 from faulthunt.rundir import (DiskFullError, Layout, RunDir, dumps, write_json_atomic,
                               write_run_info, write_text_atomic)
 from faulthunt.stress.collect import Collected
@@ -107,6 +108,8 @@ def analyse(run: RunDir, got: Collected) -> StressResult:
         # xdist's restart budget ran out (the plugin records it): the rest did not run
         summary["stopped_early"] = (f"xdist: maximum crashed workers reached: {limit.limit} "
                                     "(raise --max-worker-restart to run the rest)")
+    if got.plan.opts.workers == 0 and got.stopped_by is None:
+        _single_process_hang(summary, got.output.total)
     n_errors = _collection_errors(summary, got.output)
     exit_status = exit_status_for(got.pytest_status, found_something(summary),
                                   stopped_by=got.stopped_by, disk_full=bool(got.disk_full),
@@ -119,6 +122,23 @@ def analyse(run: RunDir, got: Collected) -> StressResult:
         summary["guard"] = guard
     return StressResult(run.path, summary, int(exit_status), tuple(attributed),
                         None if mapping is None else tuple(mapping), mapping_error)
+
+
+def _single_process_hang(summary: dict[str, Any], collected: int | None) -> None:
+    """``-n 0``: a hang ends the one pytest process (pytest-timeout exits it), and with it the
+    run. The process that hung is counted as the run's hung worker, and the runs that never
+    started are said, with the way out, instead of a short run that reads as complete."""
+    hung = [f["nodeid"] for f in summary.get("failures", []) if f.get("outcome") == "hung"]
+    if not hung:
+        return
+    workers = summary.setdefault("workers", {})
+    workers["hung"] = max(int(workers.get("hung") or 0), len(hung))
+    ran = int(summary.get("tests_run") or 0)
+    if collected is not None and ran < collected and not summary.get("stopped_early"):
+        summary["stopped_early"] = (
+            f"the hang of {hung[-1]} ended the single pytest process (-n 0): "
+            f"{collected - ran} of {collected} collected test runs never ran "
+            "(use -n 1 or more: a hung worker is replaced and the rest run)")
 
 
 def _guard_asked(run: RunDir, got: Collected) -> bool:
@@ -186,7 +206,7 @@ def _no_tests_reason(got: Collected) -> str:
     asked += [a for a in opts.pytest_args if not a.startswith("-")][:3]
     if got.pytest_status == 5 and asked:
         said += f" (with {' '.join(asked)})"
-    return said
+    return redact_text(said)  # the selection asked is the user's argv
 
 
 def save(result: StressResult, got: Collected, warn: Callable[[str], None]) -> StressResult:

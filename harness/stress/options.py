@@ -263,6 +263,7 @@ def check(opts: StressOptions, warn: Callable[[str], None]) -> Plan:
     if opts.ledger not in LEDGER_MODES:
         raise UsageError(f"--ledger {opts.ledger!r} is not a ledger mode",
                          fix=f"use one of: {', '.join(LEDGER_MODES)}")
+    opts = check_ledger(opts, warn)
     if opts.run_dir is not None:
         check_run_dir(opts.run_dir if opts.run_dir.is_absolute() else cwd / opts.run_dir)
     notes = list(check_gpus(opts.gpus))
@@ -272,6 +273,24 @@ def check(opts: StressOptions, warn: Callable[[str], None]) -> Plan:
     source = open_kernel_log(opts.xid_source, warn)
     return Plan(opts=opts, cwd=cwd, argv=argv, timeout=timeout, xid_source=source,
                 notes=tuple(notes))
+
+
+def check_ledger(opts: StressOptions, warn: Callable[[str], None],
+                 cupti_problem: Callable[[], str | None] | None = None) -> StressOptions:
+    """``--ledger cupti`` where CUPTI cannot load: said (``warn``: stderr and the summary's
+    warnings), and the run falls back to ``auto`` (the framework refinements) instead of each
+    worker recording nothing with one line in reproducer.log."""
+    if opts.ledger != "cupti":
+        return opts
+    if cupti_problem is None:
+        from faulthunt.ledger.cupti_source import problem
+        cupti_problem = problem
+    why = cupti_problem()
+    if why is None:
+        return opts
+    warn(f"--ledger cupti: CUPTI is unavailable ({why}); falling back to --ledger auto "
+         "(framework allocations only, no launch records)")
+    return dataclasses.replace(opts, ledger="auto")
 
 
 #: files that only a run writes: a directory holding one of them holds an earlier run

@@ -281,7 +281,9 @@ class OutputPump:
     def _piece(self, raw: bytes, *, ends_line: bool) -> str:
         text = self._decode(raw, final=ends_line)
         if not self._mid_line:
-            head = text[:PREFIX].rstrip("\n")
+            # redacted before it is scanned: what the scan keeps (pytest's usage error echoing
+            # an argv value, a collection error's message) ends up in summary.json
+            head = self._redact(text[:PREFIX].rstrip("\n"))
             self.scan.feed(head)
             if self._on_line is not None:
                 self._on_line(head)
