@@ -58,9 +58,10 @@ def _digest(argv: list[str]) -> str:
         stdout.flush()
         stderr.flush()
     h = hashlib.sha256(str(int(status)).encode())
-    # the checkout's own path appears in some lines: digests must not depend on where it lies
-    h.update(out.getvalue().replace(str(ROOT).encode(), b"ROOT"))
-    h.update(err.getvalue().replace(str(ROOT).encode(), b"ROOT"))
+    # the capture's path appears in some lines: digests must not depend on where the checkout
+    # lies (only the data folder is replaced: captures themselves name paths such as /work/main)
+    h.update(out.getvalue().replace(str(DATA).encode(), b"DATA"))
+    h.update(err.getvalue().replace(str(DATA).encode(), b"DATA"))
     return h.hexdigest()
 
 
