@@ -93,8 +93,12 @@ def test_scanner_collection_errors_in_pytests_words():
     (DESELECTED, "pytest: 2 deselected in 1.41s"),
     ("!!!!!!!!!!! Interrupted: 8 errors during collection !!!!!!!!!!!\n",
      "pytest: Interrupted: 8 error(s) during collection"),
-    ("INTERNALERROR> Traceback (most recent call last):\n",
-     "pytest: INTERNALERROR> Traceback (most recent call last):"),
+    # xdist's own crash on a bad -k expression (pytest-xdist 3.8): the last line is the error
+    ("INTERNALERROR> Traceback (most recent call last):\nINTERNALERROR>   File \"x.py\", line 1\n"
+     "INTERNALERROR> assert not 'test_k.py::test_a'\nINTERNALERROR>\n",
+     "pytest stopped on an internal error (assert not 'test_k.py::test_a'); the same command "
+     "with -n 0 shows pytest's own message (xdist hides some usage errors, such as a bad -k "
+     "expression, behind one)"),
     ("nothing pytest would say\n", None),
 ])
 def test_scanner_reason(text, reason):

@@ -118,8 +118,12 @@ class PytestOutput:
         self._other(line)
 
     def _other(self, line: str) -> None:
-        if line.startswith("INTERNALERROR>") and self.internal_error is None:
-            self.internal_error = line
+        if line.startswith("INTERNALERROR>"):
+            # the last line of pytest's internal traceback is the error itself; the first is
+            # only "Traceback (most recent call last):"
+            text = line[len("INTERNALERROR>"):].strip()
+            if text:
+                self.internal_error = text
         elif m := _INTERRUPTED.search(line):
             self.interrupted_errors = int(m["n"])
         elif m := _FINAL.match(line):
@@ -164,7 +168,9 @@ class PytestOutput:
         if self.collection_errors:  # named one by one under the table
             return f"pytest: Interrupted: {self.collection_errors} error(s) during collection"
         if self.internal_error:
-            return f"pytest: {self.internal_error}"
+            return (f"pytest stopped on an internal error ({self.internal_error}); the same "
+                    "command with -n 0 shows pytest's own message (xdist hides some usage "
+                    "errors, such as a bad -k expression, behind one)")
         if self.final:
             return f"pytest: {self.final}"
         return None
