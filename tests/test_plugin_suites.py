@@ -420,7 +420,8 @@ CHILDREN = """
             os._exit(0)
         os.waitpid(pid, 0)
         # a grandchild Python never sees start: found by polling
-        subprocess.run(["sh", "-c", "sleep 0.5 & wait"], check=True)
+        # (1.5 s: ten times the poll interval or more, so a loaded machine still sees it)
+        subprocess.run(["sh", "-c", "sleep 1.5 & wait"], check=True)
 
     def test_quiet():
         pass
