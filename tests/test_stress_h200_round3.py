@@ -49,7 +49,8 @@ def replay(path: Path, stopped_by: int | None = None) -> StressResult:
         output.feed(line)
     xids = [json.loads(event_json(e)) for e in parse_text(run.text("kmsg_added.txt") or "")]
     timeout = Timeout(old["timeout"]["seconds"], old["timeout"]["from"])
-    opts = SimpleNamespace(guard=None, keyword=None, pytest_args=[])
+    workers = json.loads((path / "run.json").read_text())["options"]["workers"]
+    opts = SimpleNamespace(guard=None, keyword=None, pytest_args=[], workers=workers)
     got = SimpleNamespace(xids=xids, stopped_by=stopped_by, disk_full=(), output=output,
                           pytest_status=old["pytest_exit_status"],
                           plan=SimpleNamespace(timeout=timeout, opts=opts), output_dropped=0,
