@@ -1,0 +1,35 @@
+"""The H200 overhead run of `faulthunt stress` on numba-cuda's suite: its figures hold together.
+
+tests/data/stress/h200_overhead_numba/PROVENANCE.md says how it was taken. The ratios in
+results.json are recomputed from the samples (paired per round), every command succeeded, and
+log.txt prints the same samples.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+D = Path(__file__).parent / "data" / "stress" / "h200_overhead_numba"
+
+
+def test_ratios_are_the_paired_samples() -> None:
+    res = json.loads((D / "results.json").read_text())
+    samples = res["samples"]
+    assert res["rounds"] == 4 and all(len(v) == 4 for v in samples.values())
+    assert all(rc == 0 for rcs in res["rcs"].values() for rc in rcs)
+    for name in ("faulthunt", "faulthunt_ledger_off"):
+        ratios = [a / b for a, b in zip(samples[name], samples["plain"])]
+        want = res[f"{name}_ratio"]
+        assert round(statistics.median(ratios), 3) == want["median"]
+        assert (round(min(ratios), 3), round(max(ratios), 3)) == (want["min"], want["max"])
+    assert res["faulthunt_ratio"]["median"] == 1.032
+
+
+def test_log_prints_every_sample() -> None:
+    log = (D / "log.txt").read_text()
+    res = json.loads((D / "results.json").read_text())
+    for name, values in res["samples"].items():
+        for v in values:
+            assert f"{name:22s} {v:7.2f} s rc=0" in log
+    assert "225 passed, 2 skipped, 42 subtests passed" in (D / "plain_0.txt").read_text()
