@@ -168,13 +168,16 @@ def _map(run: RunDir, summary: dict[str, Any], attributed: Sequence[dict[str, An
 
 
 def _collection_errors(summary: dict[str, Any], out: PytestOutput) -> int:
-    """Modules that failed to collect, into the summary; how many. Until the plugin records
-    them as controller events (and build_summary counts them), pytest's output says them; a
-    summary that has them already keeps its own."""
-    summary.setdefault("collection_errors", [{"nodeid": path, "message": msg}
-                                             for path, msg in out.collect_errors])
-    summary.setdefault("collection_error_count", out.collection_errors)
-    return int(summary.get("collection_error_count") or len(summary["collection_errors"]))
+    """Collectors that failed (modules that did not import), into the summary; how many. The
+    plugin records them (build_summary lists them); pytest's output says them too, and its
+    "Interrupted: N errors during collection" counts them when the list is cut short. A test's
+    setup error is not one: its run counts with outcome ``error``."""
+    if not summary.get("collection_errors"):
+        summary["collection_errors"] = [{"nodeid": path, "message": msg}
+                                        for path, msg in out.collect_errors]
+    count = max(len(summary["collection_errors"]), out.collection_errors)
+    summary["collection_error_count"] = count
+    return count
 
 
 def _run_facts(got: Collected, spans: Sequence[TestSpan], summary: dict[str, Any]
