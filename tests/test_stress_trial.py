@@ -48,3 +48,27 @@ def test_fixture_errors_are_runs_with_outcome_error_not_collection_errors(tmp_pa
     summary = _summary(tmp_path)
     assert (summary["collection_error_count"], summary["collection_errors"]) == (0, [])
     assert summary["outcomes"] == {"error": 2, "passed": 2}
+
+
+def test_no_xdist_crash_says_pytest_died_and_what_never_ran(tmp_path):
+    """-n 0: a test that kills pytest itself ends the run; the runs it cut off are said, and the
+    one process counts as the crashed worker (it read as a complete 1-test suite)."""
+    _write(tmp_path / "test_abort.py", """
+        import os
+        def test_abort(): os.abort()
+    """)
+    _write(tmp_path / "test_many.py", "".join(f"def test_p{i}(): pass\n" for i in range(18)))
+    proc = _stress(["-n", "0", "--count", "3", "-p", "no:randomly", ".", "--",
+                    "--continue-on-collection-errors"], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary = _summary(tmp_path)
+    assert summary["workers"]["crashed"] == 1 and summary["tests_run"] == 1
+    said = ("pytest died (SIGABRT) while running test_abort.py::test_abort[1-3], ending the single "
+            "pytest process (-n 0): 56 of 57 collected test runs never ran (use -n 1 or more: a "
+            "crashed worker is replaced and the rest run)")
+    assert summary["stopped_early"] == said
+    assert "(crashed 1, hung 0" in proc.stdout and "56 of 57 collected test runs never ran" in proc.stdout
+    report = subprocess.run([sys.executable, "-m", "faulthunt", "report", "--run", "run"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    headline = report.stdout.splitlines()[2]
+    assert "1 of 1 runs" in headline and f"stopped early: {said}" in headline, report.stdout

@@ -570,6 +570,8 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     if errors:
         headline += (f"; {len(errors)} module{'s' if len(errors) != 1 else ''} failed to "
                      "import (their tests never ran)")
+    if summary.get("stopped_early"):  # -n 0 ended by a crash or hang, -x, the restart budget
+        headline += f"; stopped early: {redact_text(str(summary['stopped_early']))}"
     decoded = [_decode_xid(x, mapping) for x in (summary.get("xids") or xids)]
     hangs = _hangs(events, hang_texts)
     findings = list((sanitizer or {}).get("findings") or [])

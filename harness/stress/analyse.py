@@ -109,7 +109,7 @@ def analyse(run: RunDir, got: Collected) -> StressResult:
         summary["stopped_early"] = (f"xdist: maximum crashed workers reached: {limit.limit} "
                                     "(raise --max-worker-restart to run the rest)")
     if got.plan.opts.workers == 0 and got.stopped_by is None:
-        _single_process_hang(summary, got.output.total)
+        _single_process_end(summary, got.output.total, got.pytest_status)
     n_errors = _collection_errors(summary, got.output)
     exit_status = exit_status_for(got.pytest_status, found_something(summary),
                                   stopped_by=got.stopped_by, disk_full=bool(got.disk_full),
@@ -124,21 +124,41 @@ def analyse(run: RunDir, got: Collected) -> StressResult:
                         None if mapping is None else tuple(mapping), mapping_error)
 
 
-def _single_process_hang(summary: dict[str, Any], collected: int | None) -> None:
-    """``-n 0``: a hang ends the one pytest process (pytest-timeout exits it), and with it the
-    run. The process that hung is counted as the run's hung worker, and the runs that never
-    started are said, with the way out, instead of a short run that reads as complete."""
-    hung = [f["nodeid"] for f in summary.get("failures", []) if f.get("outcome") == "hung"]
-    if not hung:
+def _single_process_end(summary: dict[str, Any], collected: int | None,
+                        pytest_status: int | None) -> None:
+    """``-n 0``: a hang (pytest-timeout exits the process) or a crash (the test killed pytest
+    itself) ends the one pytest process, and with it the run. That process is counted as the
+    run's hung or crashed worker, and the runs that never started are said, with the way out,
+    instead of a short run that reads as complete."""
+    failures = summary.get("failures", [])
+    ended = [f for f in failures if f.get("outcome") in ("hung", "crashed")]
+    if not ended:
         return
+    last = ended[-1]
+    kind = str(last["outcome"])
     workers = summary.setdefault("workers", {})
-    workers["hung"] = max(int(workers.get("hung") or 0), len(hung))
+    for k in ("hung", "crashed"):
+        n = sum(1 for f in ended if f.get("outcome") == k)
+        workers[k] = max(int(workers.get(k) or 0), n)
     ran = int(summary.get("tests_run") or 0)
-    if collected is not None and ran < collected and not summary.get("stopped_early"):
-        summary["stopped_early"] = (
-            f"the hang of {hung[-1]} ended the single pytest process (-n 0): "
-            f"{collected - ran} of {collected} collected test runs never ran "
-            "(use -n 1 or more: a hung worker is replaced and the rest run)")
+    if collected is None or ran >= collected or summary.get("stopped_early"):
+        return
+    how = (f"the hang of {last['nodeid']} ended" if kind == "hung" else
+           f"pytest died{_by_signal(pytest_status)} while running {last['nodeid']}, ending")
+    worker = "a hung worker" if kind == "hung" else "a crashed worker"
+    summary["stopped_early"] = (
+        f"{how} the single pytest process (-n 0): {collected - ran} of {collected} collected "
+        f"test runs never ran (use -n 1 or more: {worker} is replaced and the rest run)")
+
+
+def _by_signal(status: int | None) -> str:
+    """' (SIGABRT)' for a process killed by a signal (a negative exit status), else ''."""
+    if status is None or status >= 0:
+        return ""
+    try:
+        return f" ({signal.Signals(-status).name})"
+    except ValueError:
+        return f" (signal {-status})"
 
 
 def _guard_asked(run: RunDir, got: Collected) -> bool:
