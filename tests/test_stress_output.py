@@ -130,7 +130,9 @@ def test_scanner_setup_errors_are_not_collection_errors():
     (NOT_FOUND, "pytest: file or directory not found: nope.py"),
     (DESELECTED, "pytest: 2 deselected in 1.41s"),
     ("!!!!!!!!!!! Interrupted: 8 errors during collection !!!!!!!!!!!\n",
-     "pytest: Interrupted: 8 error(s) during collection"),
+     "pytest stopped at 8 collection errors (without xdist pytest does not run the rest); fix "
+     "them or pass `-- --continue-on-collection-errors`"),
+    (COLLECTION_ERRORS_XDIST.replace("2 passed, ", ""), "pytest: 3 collection errors"),
     # xdist's own crash on a bad -k expression (pytest-xdist 3.8): the last line is the error
     ("INTERNALERROR> Traceback (most recent call last):\nINTERNALERROR>   File \"x.py\", line 1\n"
      "INTERNALERROR> assert not 'test_k.py::test_a'\nINTERNALERROR>\n",

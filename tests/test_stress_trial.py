@@ -72,3 +72,19 @@ def test_no_xdist_crash_says_pytest_died_and_what_never_ran(tmp_path):
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     headline = report.stdout.splitlines()[2]
     assert "1 of 1 runs" in headline and f"stopped early: {said}" in headline, report.stdout
+
+
+def test_no_xdist_stop_at_one_collection_error_says_so_with_the_fix(tmp_path):
+    """-n 0: one module of ten fails to import and pytest runs nothing; the reason is that stop,
+    not "every collected module failed to import"."""
+    for i in range(9):
+        _write(tmp_path / f"test_m{i}.py", "def test_a(): pass\n")
+    _write(tmp_path / "test_bad.py", "import no_such_module_zz\n")
+    proc = _stress(["-n", "0", "."], tmp_path)
+    said = ("pytest stopped at 1 collection error (without xdist pytest does not run the rest); "
+            "fix it or pass `-- --continue-on-collection-errors`")
+    assert _summary(tmp_path)["no_tests_reason"] == said
+    assert f"no test ran: {said}" in proc.stdout
+    report = subprocess.run([sys.executable, "-m", "faulthunt", "report", "--run", "run"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert f"No test ran: {said}." in report.stdout and "every collected" not in report.stdout

@@ -179,8 +179,14 @@ class PytestOutput:
         if self.errors:
             usage = [e for e in self.errors if not e.startswith("usage:")]
             return "pytest: " + "; ".join((usage or self.errors)[:2])
-        if self.collection_errors:  # named one by one under the table
-            return f"pytest: Interrupted: {self.collection_errors} error(s) during collection"
+        if self.interrupted_errors:  # the errors are named one by one under the table
+            n = self.collection_errors
+            return (f"pytest stopped at {n} collection error{'s' if n != 1 else ''} (without "
+                    "xdist pytest does not run the rest); fix "
+                    f"{'it' if n == 1 else 'them'} or pass `-- --continue-on-collection-errors`")
+        if self.collection_errors:
+            n = self.collection_errors
+            return f"pytest: {n} collection error{'s' if n != 1 else ''}"
         if self.internal_error:
             return (f"pytest stopped on an internal error ({self.internal_error}); the same "
                     "command with -n 0 shows pytest's own message (xdist hides some usage "
