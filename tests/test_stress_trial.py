@@ -88,3 +88,24 @@ def test_no_xdist_stop_at_one_collection_error_says_so_with_the_fix(tmp_path):
     report = subprocess.run([sys.executable, "-m", "faulthunt", "report", "--run", "run"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert f"No test ran: {said}." in report.stdout and "every collected" not in report.stdout
+
+
+def test_selection_said_faithfully_quoted_and_redacted():
+    from faulthunt.stress import StressOptions
+    from faulthunt.stress.analyse import SELECTION_CHARS, selection_text
+
+    opts = StressOptions(keyword="a and not b", pytest_args=(
+        "--ignore", "dir x/test_broken.py", "-m", "not slow", "--password", "hunter2", "."))
+    assert selection_text(opts) == ("-k 'a and not b' --ignore 'dir x/test_broken.py' -m "
+                                    "'not slow' --password '<redacted>' .")
+    many = selection_text(StressOptions(pytest_args=tuple(f"t{i}.py" for i in range(200))))
+    assert len(many) == SELECTION_CHARS and many.endswith("...")
+
+
+def test_nothing_matched_says_the_options_with_their_values(tmp_path):
+    _write(tmp_path / "test_ok.py", "def test_a(): pass\n")
+    _write(tmp_path / "test_broken.py", "import no_such_module_zz\n")
+    proc = _stress(["-k", "zzznomatch", "--ignore=test_broken.py", "."], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    reason = _summary(tmp_path)["no_tests_reason"]
+    assert reason.endswith("(with -k zzznomatch --ignore test_broken.py .)"), reason

@@ -12,6 +12,7 @@ mode's section of the summary counts what its verdicts caught.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,10 +23,11 @@ from faulthunt.records.codec import convert
 from faulthunt.records.documents import XidLine
 from faulthunt.records.events import Crash, RestartLimit
 from faulthunt.records.run import TestSpan
-from faulthunt.redact import redact_text
+from faulthunt.redact import redact_argv, redact_text
 from faulthunt.rundir import (DiskFullError, Layout, RunDir, dumps, write_json_atomic,
                               write_run_info, write_text_atomic)
 from faulthunt.stress.collect import Collected
+from faulthunt.stress.options import StressOptions
 from faulthunt.stress.output import PytestOutput
 
 #: outcome of a test that was running when the run was stopped (Ctrl-C, SIGTERM, SIGHUP)
@@ -224,12 +226,22 @@ def _no_tests_reason(got: Collected) -> str:
         return f"stopped by {signal.Signals(got.stopped_by).name} before pytest started"
     said = got.output.reason() or (f"pytest exited {got.pytest_status} and said nothing about "
                                    "why (see reproducer.log)")
-    opts = got.plan.opts
-    asked = [f"-k {opts.keyword!r}"] if opts.keyword else []
-    asked += [a for a in opts.pytest_args if not a.startswith("-")][:3]
+    asked = selection_text(got.plan.opts)
     if got.pytest_status == 5 and asked:
-        said += f" (with {' '.join(asked)})"
-    return redact_text(said)  # the selection asked is the user's argv
+        said += f" (with {asked})"
+    return redact_text(said)
+
+
+#: the most of the selection said after "no test ran" (a long list of ids is in run.json)
+SELECTION_CHARS = 300
+
+
+def selection_text(opts: StressOptions) -> str:
+    """The selection that was asked, as the user would type it: ``-k`` and the arguments for
+    pytest with every option's value beside it, shell-quoted, secrets redacted."""
+    asked = (["-k", opts.keyword] if opts.keyword else []) + list(opts.pytest_args)
+    text = shlex.join(redact_argv(asked))
+    return text if len(text) <= SELECTION_CHARS else text[:SELECTION_CHARS - 3] + "..."
 
 
 def save(result: StressResult, got: Collected, warn: Callable[[str], None]) -> StressResult:
