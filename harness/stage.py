@@ -319,8 +319,8 @@ def render_run_sanitizer(plan: KitPlan) -> str:
             + 'exec "$PYTHON" -m faulthunt sanitize --run "$KIT/run" --tool "$TOOL" "${ARGS[@]}" "$@"\n')
 
 
-def render_repro(plan: KitPlan, test: FailingTest) -> str:
-    """``repro_<test>.py [count]``: one base test in this fresh process, hang-dumps armed.
+def render_repro(plan: KitPlan, test: FailingTest, name: str) -> str:
+    """``repro_<test>.py [count]`` (``name``): one base test in this fresh process, hang-dumps armed.
 
     faulthunt repeats every item type under ``--count`` (pytest-repeat alone skips unittest
     methods and doctests), so a python without faulthunt hands over to the run's own; where that
@@ -331,7 +331,7 @@ def render_repro(plan: KitPlan, test: FailingTest) -> str:
 
 Runs the test in this fresh process with CUDA_LAUNCH_BLOCKING=1, prints the pid, and arms
 faulthandler so that a hang dumps every thread's stack every HANG_SECONDS seconds.
-Usage: python3 {{sys.argv[0]}} [count] [pytest options...]
+Usage: python3 {name} [count] [pytest options...]
 """
 import faulthandler
 import importlib.util
@@ -584,7 +584,7 @@ def render_kit(plan: KitPlan) -> dict[str, str]:
         "tests.txt": "".join(json.dumps(t.base_nodeid) + "\n" for t in plan.failing),
     }
     for name, test in scripts.items():
-        files[name] = render_repro(plan, test)
+        files[name] = render_repro(plan, test, name)
     return files
 
 

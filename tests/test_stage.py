@@ -321,3 +321,17 @@ def test_pyspy_workers_dumps_only_this_kits_processes(hostile) -> None:  # type:
     assert f"=== pid {repro.pid}:" in spy.stdout  # this kit's repro script, by its path
     assert dead.returncode == 0 and dead.stderr == ""
     assert dead.stdout.strip() == f"=== pid {gone.pid}: exited before it could be dumped"
+
+
+def test_repro_scripts_usage_names_the_script(hostile) -> None:  # type: ignore[no-untyped-def]
+    """The docstring's usage line is the script's own name (it read `{sys.argv[0]}` literally)."""
+    import ast
+
+    tmp, project, run, kit, nodeids = hostile
+    stage(run, kit)
+    scripts = sorted(kit.glob("repro_*.py"))
+    assert scripts
+    for script in scripts:
+        doc = ast.get_docstring(ast.parse(script.read_text())) or ""
+        assert f"Usage: python3 {script.name} [count] [pytest options...]" in doc, doc
+        assert "{" not in doc

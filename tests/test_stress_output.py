@@ -87,12 +87,52 @@ def test_scanner_collection_errors_in_pytests_words():
     assert out.final == "2 passed, 3 errors in 6.09s"
 
 
+# a fixture that raises (pytest 9.2, -n 0 and -n 2 --tb=no): the tests ran, with outcome error
+SETUP_ERRORS = """\
+collected 4 items
+
+..EE                                                                     [100%]
+==================================== ERRORS ====================================
+__________________________ ERROR at setup of test_a[1-2] __________________________
+E   RuntimeError: fixture boom
+=========================== short test summary info ============================
+ERROR test_fx.py::test_a[2-2] - RuntimeError: fixture boom
+ERROR test_fx.py::test_a[1-2] - RuntimeError: fixture boom
+========================= 2 passed, 2 errors in 2.56s ==========================
+"""
+MIXED_ERRORS = """\
+collected 2 items / 2 errors
+_______________________ ERROR collecting test_broken.py ________________________
+E   ModuleNotFoundError: No module named 'nonexistent_mod'
+_______________________ ERROR collecting test_c.py::TestC ________________________
+___________________________ ERROR at setup of test_a ___________________________
+E   RuntimeError: fixture boom
+ERROR test_broken.py
+ERROR test_c.py::TestC - TypeError: bad
+ERROR test_fx.py::test_a - RuntimeError: fixture boom
+========================= 1 passed, 3 errors in 0.54s ==========================
+"""
+
+
+def test_scanner_setup_errors_are_not_collection_errors():
+    out = scan(SETUP_ERRORS)
+    assert (out.collection_errors, out.collect_errors) == (0, [])
+    assert out.final == "2 passed, 2 errors in 2.56s"
+    mixed = scan(MIXED_ERRORS)
+    assert mixed.collect_errors == [
+        ("test_broken.py", "ModuleNotFoundError: No module named 'nonexistent_mod'"),
+        ("test_c.py::TestC", "TypeError: bad")]
+    assert mixed.collection_errors == 2
+
+
 @pytest.mark.parametrize(("text", "reason"), [
     (USAGE_ERROR, "pytest: unrecognized arguments: --bogus-flag"),
     (NOT_FOUND, "pytest: file or directory not found: nope.py"),
     (DESELECTED, "pytest: 2 deselected in 1.41s"),
     ("!!!!!!!!!!! Interrupted: 8 errors during collection !!!!!!!!!!!\n",
-     "pytest: Interrupted: 8 error(s) during collection"),
+     "pytest stopped at 8 collection errors (without xdist pytest does not run the rest); fix "
+     "them or pass `-- --continue-on-collection-errors`"),
+    (COLLECTION_ERRORS_XDIST.replace("2 passed, ", ""), "pytest: 3 collection errors"),
     # xdist's own crash on a bad -k expression (pytest-xdist 3.8): the last line is the error
     ("INTERNALERROR> Traceback (most recent call last):\nINTERNALERROR>   File \"x.py\", line 1\n"
      "INTERNALERROR> assert not 'test_k.py::test_a'\nINTERNALERROR>\n",

@@ -513,10 +513,12 @@ def _machine_steps(xids: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _nothing_ran_step(summary: Mapping[str, Any]) -> str:
     """The fix when no test ran: more --count cannot help a command that runs nothing."""
+    reason = summary.get("no_tests_reason")
+    if reason and summary.get("pytest_exit_status") == 2:  # pytest stopped at them (-n 0)
+        return f"No test ran: {redact_text(str(reason))}."
     if summary.get("collection_errors") or summary.get("collection_error_count"):
         return ("No test ran: every collected module failed to import (listed above); fix the "
                 "imports (install what is missing, set PYTHONPATH or the rootdir) and run again.")
-    reason = summary.get("no_tests_reason")
     said = f" ({redact_text(str(reason))})" if reason else ""
     return (f"No test ran{said}: check the test paths, the -k expression and the pytest options "
             "of the command above (reproducer.log has pytest's whole output), then run again.")
@@ -570,6 +572,8 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     if errors:
         headline += (f"; {len(errors)} module{'s' if len(errors) != 1 else ''} failed to "
                      "import (their tests never ran)")
+    if summary.get("stopped_early"):  # -n 0 ended by a crash or hang, -x, the restart budget
+        headline += f"; stopped early: {redact_text(str(summary['stopped_early']))}"
     decoded = [_decode_xid(x, mapping) for x in (summary.get("xids") or xids)]
     hangs = _hangs(events, hang_texts)
     findings = list((sanitizer or {}).get("findings") or [])

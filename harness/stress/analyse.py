@@ -12,6 +12,7 @@ mode's section of the summary counts what its verdicts caught.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,10 +23,11 @@ from faulthunt.records.codec import convert
 from faulthunt.records.documents import XidLine
 from faulthunt.records.events import Crash, RestartLimit
 from faulthunt.records.run import TestSpan
-from faulthunt.redact import redact_text
+from faulthunt.redact import redact_argv, redact_text
 from faulthunt.rundir import (DiskFullError, Layout, RunDir, dumps, write_json_atomic,
                               write_run_info, write_text_atomic)
 from faulthunt.stress.collect import Collected
+from faulthunt.stress.options import StressOptions
 from faulthunt.stress.output import PytestOutput
 
 #: outcome of a test that was running when the run was stopped (Ctrl-C, SIGTERM, SIGHUP)
@@ -109,7 +111,7 @@ def analyse(run: RunDir, got: Collected) -> StressResult:
         summary["stopped_early"] = (f"xdist: maximum crashed workers reached: {limit.limit} "
                                     "(raise --max-worker-restart to run the rest)")
     if got.plan.opts.workers == 0 and got.stopped_by is None:
-        _single_process_hang(summary, got.output.total)
+        _single_process_end(summary, got.output.total, got.pytest_status)
     n_errors = _collection_errors(summary, got.output)
     exit_status = exit_status_for(got.pytest_status, found_something(summary),
                                   stopped_by=got.stopped_by, disk_full=bool(got.disk_full),
@@ -124,21 +126,41 @@ def analyse(run: RunDir, got: Collected) -> StressResult:
                         None if mapping is None else tuple(mapping), mapping_error)
 
 
-def _single_process_hang(summary: dict[str, Any], collected: int | None) -> None:
-    """``-n 0``: a hang ends the one pytest process (pytest-timeout exits it), and with it the
-    run. The process that hung is counted as the run's hung worker, and the runs that never
-    started are said, with the way out, instead of a short run that reads as complete."""
-    hung = [f["nodeid"] for f in summary.get("failures", []) if f.get("outcome") == "hung"]
-    if not hung:
+def _single_process_end(summary: dict[str, Any], collected: int | None,
+                        pytest_status: int | None) -> None:
+    """``-n 0``: a hang (pytest-timeout exits the process) or a crash (the test killed pytest
+    itself) ends the one pytest process, and with it the run. That process is counted as the
+    run's hung or crashed worker, and the runs that never started are said, with the way out,
+    instead of a short run that reads as complete."""
+    failures = summary.get("failures", [])
+    ended = [f for f in failures if f.get("outcome") in ("hung", "crashed")]
+    if not ended:
         return
+    last = ended[-1]
+    kind = str(last["outcome"])
     workers = summary.setdefault("workers", {})
-    workers["hung"] = max(int(workers.get("hung") or 0), len(hung))
+    for k in ("hung", "crashed"):
+        n = sum(1 for f in ended if f.get("outcome") == k)
+        workers[k] = max(int(workers.get(k) or 0), n)
     ran = int(summary.get("tests_run") or 0)
-    if collected is not None and ran < collected and not summary.get("stopped_early"):
-        summary["stopped_early"] = (
-            f"the hang of {hung[-1]} ended the single pytest process (-n 0): "
-            f"{collected - ran} of {collected} collected test runs never ran "
-            "(use -n 1 or more: a hung worker is replaced and the rest run)")
+    if collected is None or ran >= collected or summary.get("stopped_early"):
+        return
+    how = (f"the hang of {last['nodeid']} ended" if kind == "hung" else
+           f"pytest died{_by_signal(pytest_status)} while running {last['nodeid']}, ending")
+    worker = "a hung worker" if kind == "hung" else "a crashed worker"
+    summary["stopped_early"] = (
+        f"{how} the single pytest process (-n 0): {collected - ran} of {collected} collected "
+        f"test runs never ran (use -n 1 or more: {worker} is replaced and the rest run)")
+
+
+def _by_signal(status: int | None) -> str:
+    """' (SIGABRT)' for a process killed by a signal (a negative exit status), else ''."""
+    if status is None or status >= 0:
+        return ""
+    try:
+        return f" ({signal.Signals(-status).name})"
+    except ValueError:
+        return f" (signal {-status})"
 
 
 def _guard_asked(run: RunDir, got: Collected) -> bool:
@@ -168,13 +190,16 @@ def _map(run: RunDir, summary: dict[str, Any], attributed: Sequence[dict[str, An
 
 
 def _collection_errors(summary: dict[str, Any], out: PytestOutput) -> int:
-    """Modules that failed to collect, into the summary; how many. Until the plugin records
-    them as controller events (and build_summary counts them), pytest's output says them; a
-    summary that has them already keeps its own."""
-    summary.setdefault("collection_errors", [{"nodeid": path, "message": msg}
-                                             for path, msg in out.collect_errors])
-    summary.setdefault("collection_error_count", out.collection_errors)
-    return int(summary.get("collection_error_count") or len(summary["collection_errors"]))
+    """Collectors that failed (modules that did not import), into the summary; how many. The
+    plugin records them (build_summary lists them); pytest's output says them too, and its
+    "Interrupted: N errors during collection" counts them when the list is cut short. A test's
+    setup error is not one: its run counts with outcome ``error``."""
+    if not summary.get("collection_errors"):
+        summary["collection_errors"] = [{"nodeid": path, "message": msg}
+                                        for path, msg in out.collect_errors]
+    count = max(len(summary["collection_errors"]), out.collection_errors)
+    summary["collection_error_count"] = count
+    return count
 
 
 def _run_facts(got: Collected, spans: Sequence[TestSpan], summary: dict[str, Any]
@@ -201,12 +226,22 @@ def _no_tests_reason(got: Collected) -> str:
         return f"stopped by {signal.Signals(got.stopped_by).name} before pytest started"
     said = got.output.reason() or (f"pytest exited {got.pytest_status} and said nothing about "
                                    "why (see reproducer.log)")
-    opts = got.plan.opts
-    asked = [f"-k {opts.keyword!r}"] if opts.keyword else []
-    asked += [a for a in opts.pytest_args if not a.startswith("-")][:3]
+    asked = selection_text(got.plan.opts)
     if got.pytest_status == 5 and asked:
-        said += f" (with {' '.join(asked)})"
-    return redact_text(said)  # the selection asked is the user's argv
+        said += f" (with {asked})"
+    return redact_text(said)
+
+
+#: the most of the selection said after "no test ran" (a long list of ids is in run.json)
+SELECTION_CHARS = 300
+
+
+def selection_text(opts: StressOptions) -> str:
+    """The selection that was asked, as the user would type it: ``-k`` and the arguments for
+    pytest with every option's value beside it, shell-quoted, secrets redacted."""
+    asked = (["-k", opts.keyword] if opts.keyword else []) + list(opts.pytest_args)
+    text = shlex.join(redact_argv(asked))
+    return text if len(text) <= SELECTION_CHARS else text[:SELECTION_CHARS - 3] + "..."
 
 
 def save(result: StressResult, got: Collected, warn: Callable[[str], None]) -> StressResult:

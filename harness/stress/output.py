@@ -35,6 +35,7 @@ KEEP_ERRORS = 20
 
 _TOTAL_RES = (re.compile(r"\[(\d+) items?\]"), re.compile(r"collected (\d+) items?"))
 _COLLECT_HEAD = re.compile(r"^_+ ERROR collecting (?P<path>.+?) _+$")
+_SECTION_HEAD = re.compile(r"^_{3,} .+ _{3,}$")
 _SHORT_ERROR = re.compile(r"^ERROR (?P<path>\S+)(?: - (?P<msg>.*))?$")
 _FINAL = re.compile(r"^=+ (?P<text>.*\bin [\d.]+s\b.*?) =+$")
 _INTERRUPTED = re.compile(r"Interrupted: (?P<n>\d+) errors? during collection")
@@ -93,6 +94,8 @@ class PytestOutput:
         #: "disk full at ..." said by a worker or the controller (faulthunt.rundir.JsonlWriter)
         self.disk_full: list[str] = []
         self._collecting: str | None = None
+        #: collectors inside a file ("ERROR collecting t.py::TestC") whose section was seen
+        self._headed: set[str] = set()
 
     def feed(self, line: str) -> None:
         """One line (or its first :data:`PREFIX` characters), without the newline."""
@@ -102,7 +105,12 @@ class PytestOutput:
         head = _COLLECT_HEAD.match(line)
         if head:
             self._collecting = head["path"]
+            if "::" in head["path"] and len(self._headed) < 10_000:
+                self._headed.add(head["path"])
             self._add_error(head["path"], None)
+            return
+        if _SECTION_HEAD.match(line):  # another section ("ERROR at setup of t.py::test_a")
+            self._collecting = None
             return
         if self._collecting is not None and line.startswith("E   "):
             self._set_message(self._collecting, line[1:].strip())
@@ -112,7 +120,7 @@ class PytestOutput:
             self._keep(self.errors, line[len("ERROR: "):])
             return
         short = _SHORT_ERROR.match(line)
-        if short:
+        if short and self._is_collector(short["path"]):
             self._add_error(short["path"], short["msg"])
             return
         self._other(line)
@@ -134,6 +142,12 @@ class PytestOutput:
             # argparse's "python -m pytest: error: unrecognized arguments: --bogus" follows
             # pytest's "ERROR: usage: ..." line
             self._keep(self.errors, m["msg"])
+
+    def _is_collector(self, nodeid: str) -> bool:
+        """A short summary's ``ERROR <id>`` names a collection error when the id is a file (a
+        test's id has ``::``) or headed an "ERROR collecting" section; otherwise it is a test's
+        setup or teardown error, which pytest counts among its "N errors" of tests that ran."""
+        return "::" not in nodeid or nodeid in self._headed
 
     @staticmethod
     def _keep(bucket: list[str], text: str) -> None:
@@ -165,8 +179,14 @@ class PytestOutput:
         if self.errors:
             usage = [e for e in self.errors if not e.startswith("usage:")]
             return "pytest: " + "; ".join((usage or self.errors)[:2])
-        if self.collection_errors:  # named one by one under the table
-            return f"pytest: Interrupted: {self.collection_errors} error(s) during collection"
+        if self.interrupted_errors:  # the errors are named one by one under the table
+            n = self.collection_errors
+            return (f"pytest stopped at {n} collection error{'s' if n != 1 else ''} (without "
+                    "xdist pytest does not run the rest); fix "
+                    f"{'it' if n == 1 else 'them'} or pass `-- --continue-on-collection-errors`")
+        if self.collection_errors:
+            n = self.collection_errors
+            return f"pytest: {n} collection error{'s' if n != 1 else ''}"
         if self.internal_error:
             return (f"pytest stopped on an internal error ({self.internal_error}); the same "
                     "command with -n 0 shows pytest's own message (xdist hides some usage "
