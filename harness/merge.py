@@ -32,6 +32,9 @@ from faulthunt.rundir import (Layout, RunDir, append_jsonl, read_jsonl, write_js
 from faulthunt.scrub import copy_scrubbed
 
 PID_STRIDE = 10**7
+#: record keys holding a path relative to the run directory (a hang's stack dumps): in the
+#: merge they point into the input's copy under ``runners/<runner>/``
+RUN_PATH_KEYS = ("pyspy", "faulthandler")
 
 
 def runner_label(run_dir: Path, identity: Identity | None, taken: set[str]) -> str:
@@ -55,6 +58,10 @@ def rewrite_record(rec: dict[str, Any], label: str, index: int) -> dict[str, Any
         name = out.get(key)
         if isinstance(name, str) and name and not name.startswith(f"{label}/"):
             out[key] = f"{label}/{name}"
+    for key in RUN_PATH_KEYS:
+        rel = out.get(key)
+        if isinstance(rel, str) and rel and not rel.startswith("runners/"):
+            out[key] = f"runners/{label}/{rel}"
     pid = out.get("pid")
     if isinstance(pid, int) and not isinstance(pid, bool):
         out["host_pid"] = pid

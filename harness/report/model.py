@@ -118,7 +118,7 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
         if isinstance(rec, Hang):
             for rel in (rec.pyspy, rec.faulthandler):
                 if rel:
-                    hang_texts[rel] = run.text(rel, limit=STACK_READ_CHARS)
+                    hang_texts[rel] = _dump_text(run, rel, rec.worker)
     notes.extend(_problem_notes(run))
     info = docs[Layout.RUN]
     identity = docs[Layout.IDENTITY]
@@ -138,6 +138,15 @@ STACK_CHARS = 4000
 STACK_READ_CHARS = 1 << 20
 
 
+def _dump_text(run: RunDir, rel: str, worker: str | None) -> str | None:
+    """A hang's dump; in a run merged before merge pointed dump paths into ``runners/<runner>/``,
+    found there by the runner its worker names (``node-a/gw0``)."""
+    text = run.text(rel, limit=STACK_READ_CHARS)
+    if text is None and worker and "/" in worker and not rel.startswith("runners/"):
+        text = run.text(f"runners/{worker.split('/')[0]}/{rel}", limit=STACK_READ_CHARS)
+    return text
+
+
 def cut_stack(text: str, rel: str, limit: int = STACK_CHARS) -> str:
     """``text`` cut at a line boundary near ``limit`` characters, with ``... N more lines (rel)``."""
     lines = text.rstrip("\n").splitlines()
@@ -154,14 +163,54 @@ def cut_stack(text: str, rel: str, limit: int = STACK_CHARS) -> str:
     return "\n".join(kept)
 
 
-def _stack_key(text: str, pid: Any) -> str:
-    """A stack with what differs between processes stuck in the same place taken out: the pid,
-    addresses (ASLR), the dump's time."""
-    key = re.sub(r"0x[0-9a-fA-F]+", "0x", text)
-    key = re.sub(r" at \d+(\.\d+)?", " at T", key)
-    if pid is None:
-        return key
-    return re.sub(rf"\b(Process|Thread|pid) {int(pid)}\b", r"\1 PID", key)
+#: a thread header: py-spy's ``Thread 123 (idle): "name"``, faulthandler's ``Thread 0x7f.. (most
+#: recent call first):`` / ``Current thread 0x..``
+_THREAD = re.compile(r"^(?:Current thread|Thread) (?:0x[0-9a-fA-F]+|\d+)\b(?:[^\n\"]*\"([^\"]*)\")?")
+#: faulthunt's own threads (the hang watchdog that takes the dump, the child poller): py-spy names
+#: them; faulthandler shows only their frames in faulthunt's own modules
+_OWN_NAME = re.compile(r"^faulthunt-")
+_OWN_FRAME = re.compile(r"[/\\](?:faulthunt|harness)[/\\](?:supervise|children)\.py\b")
+
+
+def _threads(text: str) -> list[list[str]]:
+    """The dump's thread blocks (header line first); what precedes the first thread is left out
+    (the dump command, ``Process PID: ...``, the Python version)."""
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        if _THREAD.match(line):
+            blocks.append([line])
+        elif blocks and line.strip():
+            blocks[-1].append(line)
+    return blocks
+
+
+def _own_thread(block: list[str]) -> bool:
+    m = _THREAD.match(block[0])
+    if m and m.group(1) is not None:
+        return bool(_OWN_NAME.match(m.group(1)))
+    return any(_OWN_FRAME.search(line) for line in block[1:])
+
+
+def _stack_key(text: str, pid: Any = None) -> str:
+    """What says where a process is stuck, for grouping equal stacks: each thread's frames, without
+    faulthunt's own threads (the watchdog that took the dump: active in one dump, idle in the next),
+    the thread ids and states, py-spy's Arguments/Locals (worker ids, start times, lengths) and
+    addresses (ASLR). ``pid``: taken out of a text that is no dump of threads."""
+    blocks = _threads(text)
+    if not blocks:  # not a dump of threads: compared whole, less the pid, addresses and times
+        key = re.sub(r"0x[0-9a-fA-F]+", "0x", text)
+        key = re.sub(r" at \d+(\.\d+)?", " at T", key)
+        return key if pid is None else re.sub(rf"\b(Process|Thread|pid) {int(pid)}\b", r"\1 PID", key)
+    out: list[str] = []
+    for block in blocks:
+        if _own_thread(block):
+            continue
+        m = _THREAD.match(block[0])
+        out.append(f"thread {m.group(1) if m and m.group(1) is not None else ''}")
+        # py-spy frames are indented 4 spaces; their Arguments/Locals 8 and more
+        out += [re.sub(r"0x[0-9a-fA-F]+", "0x", line.strip()) for line in block[1:]
+                if not line.startswith("        ")]
+    return "\n".join(out)
 
 
 def _hangs(events: Sequence[Mapping[str, Any]], hang_texts: Mapping[str, str | None]) -> list[dict[str, Any]]:

@@ -1,0 +1,87 @@
+"""Report and merge defects found trying main as a new user (real dumps, hand-made run dirs)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from faulthunt.merge import merge_runs
+from faulthunt.report.model import build_model, model_from_parts
+from faulthunt.rundir import append_jsonl, write_json_atomic
+
+DATA = Path(__file__).parent / "data" / "report" / "hangs_same"
+
+
+def _hang_events(kind: str) -> tuple[list[dict[str, object]], dict[str, str | None]]:
+    events: list[dict[str, object]] = []
+    texts: dict[str, str | None] = {}
+    for path in sorted(DATA.glob(f"*.{kind}.txt")):
+        worker, pid, _n = path.name.split(".")[0].split("-")
+        rel = f"hangs/{path.name}"
+        events.append({"event": "hang", "nodeid": "test_s.py::test_hang", "worker": worker,
+                       "pid": int(pid), "timeout": 3, kind.replace("-", ""): rel})
+        texts[rel] = path.read_text()
+    return events, texts
+
+
+def test_real_dumps_of_workers_stuck_in_the_same_test_are_one_stack() -> None:
+    """Defect 7: dumps differ only in faulthunt's watchdog thread, worker ids, start times."""
+    for kind in ("py-spy", "faulthandler"):
+        events, texts = _hang_events(kind)
+        assert len(events) == 3
+        m = model_from_parts(run_id="r", run={}, identity={}, summary={"tests_run": 3}, mapping=[],
+                             sanitizer=None, events=events, controller=[], xids=[],
+                             hang_texts=texts, notes=[])
+        first, *rest = m.hangs
+        assert first["stack"] and first["same_stack_in"] == ["gw1", "gw2"], kind
+        assert [h["same_as"] for h in rest] == ["gw0", "gw0"], kind
+
+
+def test_a_different_frame_is_a_different_stack() -> None:
+    events, texts = _hang_events("py-spy")
+    rel = str(events[2]["pyspy"])
+    texts[rel] = str(texts[rel]).replace("test_hang (test_s.py:17)", "test_hang (test_s.py:18)")
+    m = model_from_parts(run_id="r", run={}, identity={}, summary={"tests_run": 3}, mapping=[],
+                         sanitizer=None, events=events, controller=[], xids=[], hang_texts=texts,
+                         notes=[])
+    assert m.hangs[0]["same_stack_in"] == ["gw1"] and m.hangs[2]["stack"]
+
+
+def _runner_with_hang(root: Path, host: str) -> Path:
+    run = root / host
+    (run / "events").mkdir(parents=True)
+    (run / "hangs").mkdir()
+    write_json_atomic(run / "identity.json", {"host": host})
+    write_json_atomic(run / "run.json", {"id": f"id-{host}", "argv": ["faulthunt", "stress"]})
+    base = {"nodeid": "t.py::test_h", "base_nodeid": "t.py::test_h", "worker": "gw0", "pid": 4242}
+    ev = run / "events" / "gw0-4242.jsonl"
+    append_jsonl(ev, {"event": "start", **base, "t": 1.0, "t_mono": 1.0})
+    append_jsonl(ev, {"event": "end", **base, "t": 4.0, "t_mono": 4.0, "outcome": "hung",
+                      "longrepr": "hung: exceeded the 3s per-test timeout"})
+    append_jsonl(ev, {"event": "hang", **base, "t": 4.0, "timeout": 3,
+                      "pyspy": "hangs/gw0-4242-1.py-spy.txt"})
+    (run / "hangs" / "gw0-4242-1.py-spy.txt").write_text(
+        f'Thread 4242 (idle): "MainThread"\n    stuck_on_{host.replace("-", "_")} (t.py:3)\n')
+    return run
+
+
+def test_merged_report_shows_each_inputs_hang_stack(tmp_path: Path) -> None:
+    """Defect 1: the dumps are under runners/<runner>/hangs/ in the merge; the report finds them."""
+    a, b = _runner_with_hang(tmp_path, "node-a"), _runner_with_hang(tmp_path, "node-b")
+    merge_runs([a, b], tmp_path / "M")
+    hangs = build_model(tmp_path / "M").hangs
+    assert [h["why_no_stack"] for h in hangs] == [None, None]
+    assert sorted(str(h["stack"]).splitlines()[1].strip() for h in hangs) == [
+        "stuck_on_node_a (t.py:3)", "stuck_on_node_b (t.py:3)"]
+
+
+def test_run_merged_before_the_fix_still_finds_its_dumps(tmp_path: Path) -> None:
+    """A merge made with the old paths (hangs/...) reads the dump from runners/<runner>/."""
+    import json
+
+    a = _runner_with_hang(tmp_path, "node-a")
+    merge_runs([a], tmp_path / "M")
+    for f in (tmp_path / "M" / "events").glob("*.jsonl"):
+        f.write_text("".join(json.dumps({**r, "pyspy": r["pyspy"].split("/", 2)[2]} if "pyspy" in r
+                                        else r) + "\n"
+                             for r in map(json.loads, f.read_text().splitlines())))
+    (hang,) = build_model(tmp_path / "M").hangs
+    assert "stuck_on_node_a" in str(hang["stack"])
