@@ -412,7 +412,7 @@ def build_summary(spans: Iterable[Any],
 def _failure(s: TestSpan, crash: Crash | None) -> dict[str, Any]:
     return {
         "nodeid": s.nodeid, "base_nodeid": s.base_nodeid,
-        "outcome": "failed" if s.outcome == "error" else s.outcome,
+        "outcome": s.outcome,  # error (a failed fixture) stays its own outcome
         "phase": "setup/teardown" if s.outcome == "error" else None,
         "worker": s.worker, "pid": s.pid, "device": s.device,
         "message": _message(s),

@@ -85,3 +85,52 @@ def test_run_merged_before_the_fix_still_finds_its_dumps(tmp_path: Path) -> None
                              for r in map(json.loads, f.read_text().splitlines())))
     (hang,) = build_model(tmp_path / "M").hangs
     assert "stuck_on_node_a" in str(hang["stack"])
+
+
+def _setup_error_run(root: Path) -> Path:
+    """A run whose events say: one setup error, one plain failure, one crash."""
+    run = root / "run"
+    (run / "events").mkdir(parents=True)
+    write_json_atomic(run / "run.json", {"id": "r", "argv": ["faulthunt", "stress"]})
+    ev = run / "events" / "gw0-7.jsonl"
+    for i, (name, outcome) in enumerate((("test_fail", "failed"), ("test_error", "error"))):
+        base = {"nodeid": f"t.py::{name}", "base_nodeid": f"t.py::{name}", "worker": "gw0", "pid": 7}
+        append_jsonl(ev, {"event": "start", **base, "t": i, "t_mono": i})
+        append_jsonl(ev, {"event": "end", **base, "t": i + .5, "t_mono": i + .5, "outcome": outcome,
+                          "longrepr": "RuntimeError: setup broke" if outcome == "error" else "assert 0"})
+    return run
+
+
+def test_setup_error_stays_error_in_every_view(tmp_path: Path) -> None:
+    """Defect 3: summary, md, html, json and junit say error (not failed), worst first."""
+    import json
+
+    from faulthunt.report import render
+    from faulthunt.summary import summarize_run
+
+    run = _setup_error_run(tmp_path)
+    summary = summarize_run(run)
+    assert {f["nodeid"]: f["outcome"] for f in summary["failures"]} == {
+        "t.py::test_fail": "failed", "t.py::test_error": "error"}
+    write_json_atomic(run / "summary.json", summary)
+    model = build_model(run)
+    assert [f["outcome"] for f in model.failures] == ["error", "failed"]
+    assert list(model.rate["outcomes"].items()) == [("error", 1), ("failed", 1)]
+    assert "Outcomes: error 1, failed 1." in render(model, "md")
+    assert "<p>Outcomes: error 1, failed 1.</p>" in render(model, "html")
+    assert json.loads(render(model, "json"))["rate"]["outcomes"] == {"error": 1, "failed": 1}
+    from faulthunt.report.junit import render as junit_render
+
+    junit = junit_render(model)
+    assert 'type="error"' in junit and 'type="failed"' in junit
+
+
+def test_a_run_recorded_before_error_was_kept_apart_reads_error() -> None:
+    failures = [{"nodeid": "a", "outcome": "failed"},
+                {"nodeid": "b", "outcome": "failed", "phase": "setup/teardown"},
+                {"nodeid": "c", "outcome": "crashed"}]
+    m = model_from_parts(run_id="r", run={}, identity={}, summary={"tests_run": 3, "failures": failures},
+                         mapping=[], sanitizer=None, events=[], controller=[], xids=[], hang_texts={},
+                         notes=[])
+    assert [f["outcome"] for f in m.failures] == ["crashed", "error", "failed"]
+    assert list(m.rate["outcomes"]) == ["crashed", "error", "failed"]

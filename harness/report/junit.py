@@ -76,7 +76,9 @@ def _testcase(parent: ET.Element, t: Mapping[str, Any], failures: Sequence[Mappi
     if nfail:
         mine = [f for f in failures if f.get("base_nodeid") == base and f.get("outcome") != "collateral"]
         kinds = sorted({str(f.get("outcome")) for f in mine})
-        tag = "error" if {"crashed", "hung"} & set(kinds) else "failure"
+        # a crash, a hang or a failed fixture is an <error> (as pytest's own junitxml says a
+        # fixture's); a plain assertion a <failure>
+        tag = "error" if {"crashed", "hung", "error"} & set(kinds) else "failure"
         label = f"{SIMULATED}: " if model.simulated else ""
         el = ET.SubElement(case, tag, message=_x(label + stats), type=_x(",".join(kinds) or "failed"))
         text = [_run_line(f, model) for f in mine[:MAX_RUNS_LISTED]]

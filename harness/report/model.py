@@ -578,8 +578,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                      hang_texts: Mapping[str, str | None], notes: Sequence[str]) -> ReportModel:
     """Derive the report from already-read run-directory content (pure)."""
     # messages are what tests printed and asserted: secrets of known shapes scrubbed
-    failures = [dict(f, message=redact_text(f["message"])) if isinstance(f.get("message"), str)
-                else dict(f) for f in summary.get("failures") or []]
+    failures = [_failure_row(f) for f in summary.get("failures") or [] if isinstance(f, Mapping)]
     failures = by_severity(failures, summary.get("xids") or xids)
     lanes, order = _lanes(events, controller, xids)
     runs = _rated_runs(summary, order)
@@ -607,7 +606,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         rate_text += f" (not counted: {unrated}: they could not fail)"
     who = _workers_failing(summary, failing, len(lanes))
     if who is not None:
-        kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items()))
+        kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items(), key=_outcome_order))
         headline = (f"{verb} {who[0]}{_position_text(positions, who[1])} ({kinds}); "
                     f"{nfail} of {runs} runs, 95% interval {_pct(lo)}-{_pct(hi)}{who[2]}")
     else:
@@ -648,7 +647,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     return ReportModel(
         run_id=run_id, reproduce=_reproduce(run), headline=headline,
         rate={"failures": nfail, "runs": runs, "ci95": [round(lo, 4), round(hi, 4)], "text": rate_text,
-              "outcomes": dict(sorted(outcomes.items()))},
+              "outcomes": dict(sorted(outcomes.items(), key=_outcome_order))},
         failures=tuple(failures), by_test=tuple(summary.get("by_test") or ()), xids=tuple(decoded),
         sanitizer=tuple(findings), sanitizer_ran=sanitizer is not None, hangs=tuple(hangs),
         environment=env,
@@ -702,13 +701,29 @@ def _rated_runs(summary: Mapping[str, Any], order: Mapping[Any, list[dict[str, A
 _SEVERITY = {"crashed": 0, "hung": 1, "xid": 2, "error": 3, "failed": 4}
 
 
+def _outcome_order(item: tuple[str, int]) -> tuple[int, str]:
+    """Outcome counts in the order of :data:`_SEVERITY` (the worst first), others after by name."""
+    return _SEVERITY.get(item[0], len(_SEVERITY)), item[0]
+
+
+def _failure_row(f: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary.json failure for the report: its message scrubbed of secrets; a failed fixture
+    of a run recorded before ``error`` was kept apart (``failed`` with ``phase``) reads ``error``."""
+    row = dict(f)
+    if isinstance(row.get("message"), str):
+        row["message"] = redact_text(row["message"])
+    if row.get("outcome") == "failed" and row.get("phase"):
+        row["outcome"] = "error"
+    return row
+
+
 def _severity(f: Mapping[str, Any], xid_keys: set[tuple[Any, Any]]) -> int:
     outcome = str(f.get("outcome"))
     if outcome in ("crashed", "hung"):
         return _SEVERITY[outcome]
     if (f.get("pid"), f.get("nodeid")) in xid_keys or (None, f.get("nodeid")) in xid_keys:
         return _SEVERITY["xid"]
-    if outcome == "error" or f.get("phase"):  # a failed fixture: outcome failed, phase set
+    if outcome == "error" or (outcome == "failed" and f.get("phase")):  # a failed fixture
         return _SEVERITY["error"]
     if outcome == "failed":
         return _SEVERITY["failed"]
