@@ -134,3 +134,25 @@ def test_a_run_recorded_before_error_was_kept_apart_reads_error() -> None:
                          notes=[])
     assert [f["outcome"] for f in m.failures] == ["crashed", "error", "failed"]
     assert list(m.rate["outcomes"]) == ["crashed", "error", "failed"]
+
+
+def test_html_shows_control_characters_of_every_data_text_escaped() -> None:
+    """Defect 6: ESC/BEL from a message, a stack, a note, a path never land raw in report.html."""
+    import re
+
+    from faulthunt.report import render
+
+    bad = "\x1b[31mred\x1b[0m and\x07bell"
+    failures = [{"nodeid": "t.py::test_x", "outcome": "failed", "message": f"AssertionError: {bad}",
+                 "worker": f"gw0{bad}", "pid": 7}]
+    events = [{"event": "hang", "nodeid": "t.py::test_h", "worker": "gw0", "pid": 7, "timeout": 1,
+               "pyspy": "hangs/a.txt"}]
+    m = model_from_parts(run_id="r", run={"argv": ["faulthunt", "stress", f"/tmp/{bad}"]},
+                         identity={"host": bad}, summary={"tests_run": 1, "failures": failures,
+                                                          "notes": [f"note {bad}"]},
+                         mapping=[], sanitizer=None, events=events, controller=[], xids=[],
+                         hang_texts={"hangs/a.txt": f'Thread 7 (idle): "MainThread"\n    f ({bad})\n'},
+                         notes=[])
+    html = render(m, "html")
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", html)
+    assert html.count("\\x1b[31mred\\x1b[0m and\\x07bell") >= 6  # message (short+full), worker, host, stack, note, path

@@ -23,7 +23,7 @@ from typing import Any
 
 from faulthunt.report.common import (SIMULATED, allocation_text, clip, failing_tests, gpu_text,
                                      headline, outcome_text, rate_text)
-from faulthunt.report.escape import visible
+from faulthunt.report.escape import visible, visible_lines
 from faulthunt.report.markdown import example_text
 from faulthunt.report.model import Lane, ReportModel
 
@@ -88,7 +88,9 @@ details summary{cursor:pointer}
 
 
 def _e(value: Any) -> str:
-    return escape(str(value), quote=True)
+    """Data as HTML text: control characters shown as escapes (an ESC or BEL from a failure
+    message never lands raw in the page; line breaks stay), then HTML-escaped."""
+    return escape(visible_lines(value), quote=True)
 
 
 def natural_key(text: str) -> tuple[Any, ...]:
