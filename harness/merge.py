@@ -118,6 +118,16 @@ def _unique_runs(run_dirs: list[Path]) -> tuple[list[Path], list[dict[str, Any]]
     return keep, duplicates
 
 
+def _input_notes(run: Path) -> list[str]:
+    """The notes of one input: its summary.json's, else recomputed from its records."""
+    from faulthunt.summary import summarize_run
+
+    summary = RunDir(run).summary()
+    if summary is not None:
+        return list(summary.notes)
+    return [str(n) for n in summarize_run(run).get("notes") or []]
+
+
 def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[str, Any]:
     """Merge ``run_dirs`` into the new run directory ``out``; returns ``merge.json``'s content."""
     if len(run_dirs) < 1:
@@ -189,6 +199,11 @@ def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[
     from faulthunt.summary import summarize_run
 
     summary = summarize_run(out)
+    # what a run says about itself (its pytest-randomly seed, items not repeated) is true of that
+    # input only: each input's notes, named by its runner; no seed of one input for the whole merge
+    summary["notes"] = [f"{src['runner']}: {note}" for src, run in zip(sources, run_dirs)
+                        for note in _input_notes(run)]
+    summary["random_seed"] = None
     write_json_atomic(out / Layout.SUMMARY, summary)
     write_run_info(out, info.finished(exit_status=summary.get("exit_status"), ended=info.ended))
     merge_info["summary"] = Layout.SUMMARY

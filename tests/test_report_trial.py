@@ -156,3 +156,32 @@ def test_html_shows_control_characters_of_every_data_text_escaped() -> None:
     html = render(m, "html")
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", html)
     assert html.count("\\x1b[31mred\\x1b[0m and\\x07bell") >= 6  # message (short+full), worker, host, stack, note, path
+
+
+def test_merged_report_names_the_run_path_host_pids_and_each_runners_notes(tmp_path: Path) -> None:
+    """Defect 8: the sanitize hint names the merge by its path (quoted), pids show the host pid
+    dmesg names too, each input's notes (its pytest-randomly seed) carry its runner."""
+    import shlex
+
+    from faulthunt.report import render
+    from faulthunt.summary import summarize_run
+
+    runs = []
+    for host, seed in (("node-a", 11), ("node-b", 22)):
+        run = _runner_with_hang(tmp_path, host)
+        summary = summarize_run(run)
+        summary["notes"] = [f"test order shuffled by pytest-randomly, seed {seed}"]
+        write_json_atomic(run / "summary.json", summary)
+        runs.append(run)
+    out = tmp_path / "merged run"
+    merge_runs(runs, out)
+    model = build_model(out)
+    md = render(model, "md")
+    assert f"`faulthunt sanitize --run {shlex.quote(str(out))}`" in md
+    assert "| 10004242 (host pid 4242) |" in md and "| 20004242 (host pid 4242) |" in md
+    assert "pid 20004242 (host pid 4242), timeout" in md
+    assert [n for n in model.notes if "seed" in n] == [
+        "node-a: test order shuffled by pytest-randomly, seed 11",
+        "node-b: test order shuffled by pytest-randomly, seed 22"]
+    html = render(model, "html")
+    assert "10004242 (host pid 4242)" in html

@@ -61,6 +61,16 @@ def allocation_text(x: dict[str, Any]) -> str | None:
             f"from {a.get('nodeid') or '?'})")
 
 
+def pid_text(rec: Mapping[str, Any]) -> str | None:
+    """A pid; in a merged run also the pid on its own host (``10029767 (host pid 29767)``), which
+    that host's dmesg names."""
+    pid = rec.get("pid")
+    if pid is None:
+        return None
+    host = rec.get("host_pid")
+    return f"{pid} (host pid {host})" if host is not None and host != pid else str(pid)
+
+
 def outcome_text(f: Mapping[str, Any]) -> str:
     """``crashed (SIGABRT)``."""
     return str(f.get("outcome")) + (f" ({f['signal_name']})" if f.get("signal_name") else "")

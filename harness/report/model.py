@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,8 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
         identity=identity.to_json() if isinstance(identity, Identity) else {},
         summary=summary, mapping=[m.to_json() for m in mapping or ()],
         sanitizer=sanitizer.to_json() if sanitizer is not None else None,
-        events=events, controller=controller, xids=xids, hang_texts=hang_texts, notes=notes)
+        events=events, controller=controller, xids=xids, hang_texts=hang_texts, notes=notes,
+        run_path=str(run.path))
 
 
 #: a hang's stack in the report: whole lines up to this many characters, then a count of the rest
@@ -490,8 +491,12 @@ def _decode_xid(x: Mapping[str, Any], mapping: Sequence[Mapping[str, Any]]) -> d
 
 def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
                sanitizer: Mapping[str, Any] | None, failures: Sequence[Mapping[str, Any]],
-               run_id: str) -> list[str]:
-    """'What to try next', each item derived from a piece of evidence in the run."""
+               run: str) -> list[str]:
+    """'What to try next', each item derived from a piece of evidence in the run.
+
+    ``run``: what ``--run`` takes to find this run again (its path; quoted for the shell here)."""
+    import shlex
+
     steps: list[str] = []
     verdicts = {x.get("verdict") for x in xids}
     if "freed" in verdicts:
@@ -515,7 +520,7 @@ def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
                      "faulting kernel: rerun with CUDA_LAUNCH_BLOCKING=1 (stress sets it unless "
                      "--no-launch-blocking) to stop at the faulting launch.")
     if sanitizer is None and (failures or xids):
-        steps.append(f"No sanitizer run yet: `faulthunt sanitize --run {run_id}` reruns the failing tests "
+        steps.append(f"No sanitizer run yet: `faulthunt sanitize --run {shlex.quote(run)}` reruns the failing tests "
                      "under compute-sanitizer memcheck to name the kernel and source line.")
     elif sanitizer is not None and not sanitizer.get("findings") and (failures or xids):
         kinds = {o.get("outcome") for o in sanitizer.get("outcomes") or [] if isinstance(o, Mapping)}
@@ -575,11 +580,18 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                      summary: Mapping[str, Any], mapping: Sequence[Mapping[str, Any]],
                      sanitizer: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]],
                      controller: Sequence[Mapping[str, Any]], xids: Sequence[Mapping[str, Any]],
-                     hang_texts: Mapping[str, str | None], notes: Sequence[str]) -> ReportModel:
-    """Derive the report from already-read run-directory content (pure)."""
+                     hang_texts: Mapping[str, str | None], notes: Sequence[str],
+                     run_path: str | None = None) -> ReportModel:
+    """Derive the report from already-read run-directory content (pure).
+
+    ``run_path``: the run directory as the report was asked for it (the commands it suggests
+    name it; None: by its id)."""
     # messages are what tests printed and asserted: secrets of known shapes scrubbed
     failures = [_failure_row(f) for f in summary.get("failures") or [] if isinstance(f, Mapping)]
     failures = by_severity(failures, summary.get("xids") or xids)
+    host_pid = _host_pids(run)
+    for f in failures:
+        f.setdefault("host_pid", host_pid(f))
     lanes, order = _lanes(events, controller, xids)
     runs = _rated_runs(summary, order)
     # collateral runs say nothing of their test; lost ones never ran (said apart below)
@@ -620,6 +632,8 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                      "import (their tests never ran)")
     decoded = [_decode_xid(x, mapping) for x in (summary.get("xids") or xids)]
     hangs = _hangs(events, hang_texts)
+    for h in hangs:
+        h["host_pid"] = host_pid(h)
     findings = list((sanitizer or {}).get("findings") or [])
     gpus = identity.get("gpus") or []
     # keys as faulthunt.identity.collect_basic() writes them (docs/rundir.md identity.json)
@@ -651,7 +665,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         failures=tuple(failures), by_test=tuple(summary.get("by_test") or ()), xids=tuple(decoded),
         sanitizer=tuple(findings), sanitizer_ran=sanitizer is not None, hangs=tuple(hangs),
         environment=env,
-        next_steps=tuple(next_steps(summary, decoded, sanitizer, failures, run_id)),
+        next_steps=tuple(next_steps(summary, decoded, sanitizer, failures, run_path or run_id)),
         lanes=tuple(lanes), t_range=(min(ts), max(ts)) if ts else None,
         notes=tuple(redact_text(n) for n in [*notes, *(w for w in summary.get("warnings") or []
                                                        if isinstance(w, str)),
@@ -663,6 +677,21 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         collection_errors=tuple(_collection_errors(summary)),
         no_tests_reason=(redact_text(str(summary["no_tests_reason"]))
                          if summary.get("no_tests_reason") else None))
+
+
+def _host_pids(run: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], int | None]:
+    """For a merged run: a function giving a record's pid on its own host (what that host's kernel
+    log says) from the merged pid and the runner its worker names; None where it is the same."""
+    offsets = {str(s.get("runner")): s.get("pid_offset") for s in run.get("merged_from") or []
+               if isinstance(s, Mapping) and isinstance(s.get("pid_offset"), int)}
+
+    def host_pid(rec: Mapping[str, Any]) -> int | None:
+        pid, worker = rec.get("pid"), str(rec.get("worker") or "")
+        offset = offsets.get(worker.split("/", 1)[0]) if "/" in worker else None
+        if not isinstance(pid, int) or offset is None or not 0 < pid - offset:
+            return None
+        return pid - offset
+    return host_pid
 
 
 def _collection_errors(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
