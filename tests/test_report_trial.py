@@ -185,3 +185,58 @@ def test_merged_report_names_the_run_path_host_pids_and_each_runners_notes(tmp_p
         "node-b: test order shuffled by pytest-randomly, seed 22"]
     html = render(model, "html")
     assert "10004242 (host pid 4242)" in html
+
+
+def test_one_of_one_interval_reads_the_same_in_every_view(tmp_path: Path) -> None:
+    """Defect 10: 1 of 1 is 20.7%-100.0% in the headline, the Tests table and the stress table."""
+    from rich.console import Console
+
+    from faulthunt.report import render
+    from faulthunt.report.terminal import failing_table
+    from faulthunt.summary import summarize_run
+
+    run = _setup_error_run(tmp_path)
+    summary = summarize_run(run)
+    write_json_atomic(run / "summary.json", summary)
+    model = build_model(run)
+    md = render(model, "md")
+    assert "100.0% (20.7%-100.0%)" in md and "20.6%" not in md
+    one = model_from_parts(run_id="r", run={}, identity={}, summary={"tests_run": 1, "failures": [
+        {"nodeid": "t.py::a", "outcome": "failed"}]}, mapping=[], sanitizer=None, events=[],
+        controller=[], xids=[], hang_texts={}, notes=[])
+    assert one.rate["text"] == "1 of 1 runs failed, 95% interval 20.7%-100.0%"
+    console = Console(width=200, record=True)
+    console.print(failing_table(summary, ()))
+    assert "20.7%-100.0%" in console.export_text()
+
+
+def test_equal_rate_rows_are_ordered_by_severity() -> None:
+    """Defect 10: a crashed test above an error above a plain failure, whatever their names."""
+    from faulthunt.report.terminal import failing_table
+    from faulthunt.summary import build_summary
+
+    events = []
+    for i, (name, outcome) in enumerate((("a_fail", "failed"), ("b_error", "error"),
+                                         ("c_crash", None))):
+        base = {"nodeid": f"t.py::{name}", "base_nodeid": f"t.py::{name}", "worker": "gw0", "pid": 7 + i}
+        events.append({"event": "start", **base, "t": i, "t_mono": i})
+        if outcome:
+            events.append({"event": "end", **base, "t": i + .5, "t_mono": i + .5, "outcome": outcome})
+    summary = build_summary(events, [], [])
+    assert [r["base_nodeid"] for r in summary["by_test"]] == ["t.py::c_crash", "t.py::b_error",
+                                                             "t.py::a_fail"]
+    table = failing_table(summary, ())
+    assert list(table.columns[0].cells) == ["t.py::c_crash", "t.py::b_error", "t.py::a_fail"]
+
+
+def test_repeat_note_only_when_a_test_ran() -> None:
+    """Defect 10: a -k that deselected every test, or nothing run: no "faulthunt repeated" note."""
+    from faulthunt.summary import build_summary
+
+    collected = {"event": "collected", "worker": "gw0", "pid": 7, "items": 0, "count": 3,
+                 "repeated": {"TestCaseFunction": 4}}
+    assert not [n for n in build_summary([collected], [], [])["notes"] if "repeated" in n]
+    base = {"nodeid": "t.py::T::test_u[1-3]", "base_nodeid": "t.py::T::test_u", "worker": "gw0", "pid": 7}
+    ran = [collected, {"event": "start", **base, "t": 0, "t_mono": 0},
+           {"event": "end", **base, "t": 1, "t_mono": 1, "outcome": "passed"}]
+    assert [n for n in build_summary(ran, [], [])["notes"] if "faulthunt repeated" in n]

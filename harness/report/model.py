@@ -17,7 +17,7 @@ from faulthunt.records.documents import Identity, RunInfo, Summary
 from faulthunt.records.events import Hang, OtherEvent
 from faulthunt.redact import redact_argv, redact_text
 from faulthunt.rundir import Layout, RunDir
-from faulthunt.stats import wilson_interval
+from faulthunt.summary import SEVERITY, ci95, row_order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -599,7 +599,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     lost = len(failures) - len(failing) - sum(1 for f in failures
                                               if f.get("outcome") == "collateral")
     nfail = len(failing)
-    lo, hi = wilson_interval(nfail, runs) if runs else (0.0, 1.0)
+    lo, hi = ci95(nfail, runs) if runs else (0.0, 1.0)
     # which test in its worker's life each failure was: the "on its first or second test" fact
     positions: list[int] = []
     for f in failing:
@@ -660,9 +660,11 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     ts += [m["t"] for lane in lanes for m in lane.markers if isinstance(m.get("t"), (int, float))]
     return ReportModel(
         run_id=run_id, reproduce=_reproduce(run), headline=headline,
-        rate={"failures": nfail, "runs": runs, "ci95": [round(lo, 4), round(hi, 4)], "text": rate_text,
+        rate={"failures": nfail, "runs": runs, "ci95": [lo, hi], "text": rate_text,
               "outcomes": dict(sorted(outcomes.items(), key=_outcome_order))},
-        failures=tuple(failures), by_test=tuple(summary.get("by_test") or ()), xids=tuple(decoded),
+        failures=tuple(failures),
+        by_test=tuple(sorted((dict(t) for t in summary.get("by_test") or () if isinstance(t, Mapping)),
+                             key=row_order)), xids=tuple(decoded),
         sanitizer=tuple(findings), sanitizer_ran=sanitizer is not None, hangs=tuple(hangs),
         environment=env,
         next_steps=tuple(next_steps(summary, decoded, sanitizer, failures, run_path or run_id)),
@@ -727,7 +729,7 @@ def _rated_runs(summary: Mapping[str, Any], order: Mapping[Any, list[dict[str, A
 
 
 #: the Failures tables' order: what took a worker down first, a plain assertion last
-_SEVERITY = {"crashed": 0, "hung": 1, "xid": 2, "error": 3, "failed": 4}
+_SEVERITY = SEVERITY
 
 
 def _outcome_order(item: tuple[str, int]) -> tuple[int, str]:
