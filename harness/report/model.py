@@ -17,7 +17,7 @@ from faulthunt.records.documents import Identity, RunInfo, Summary
 from faulthunt.records.events import Hang, OtherEvent
 from faulthunt.redact import redact_argv, redact_text
 from faulthunt.rundir import Layout, RunDir
-from faulthunt.summary import SEVERITY, ci95, row_order
+from faulthunt.summary import SEVERITY, ci95
 
 
 @dataclasses.dataclass(frozen=True)
@@ -663,8 +663,8 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         rate={"failures": nfail, "runs": runs, "ci95": [lo, hi], "text": rate_text,
               "outcomes": dict(sorted(outcomes.items(), key=_outcome_order))},
         failures=tuple(failures),
-        by_test=tuple(sorted((dict(t) for t in summary.get("by_test") or () if isinstance(t, Mapping)),
-                             key=row_order)), xids=tuple(decoded),
+        # by_test in summary.json's order (summary.row_order)
+        by_test=tuple(summary.get("by_test") or ()), xids=tuple(decoded),
         sanitizer=tuple(findings), sanitizer_ran=sanitizer is not None, hangs=tuple(hangs),
         environment=env,
         next_steps=tuple(next_steps(summary, decoded, sanitizer, failures, run_path or run_id)),
