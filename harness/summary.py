@@ -250,10 +250,22 @@ def _attribute_neighbours(xids: list[dict[str, Any]]) -> None:
 # --- the summary ---------------------------------------------------------------------------------
 
 def ci95(failures: int, runs: int) -> list[float]:
-    """The 95% Wilson interval as every view shows it: kept to 6 digits, so the one-decimal
-    percent shown (20.7% for 1 of 1) is the same in summary.json, the table and the report."""
+    """The 95% Wilson interval as summary.json keeps it (4 digits: data, not what is shown)."""
     lo, hi = wilson_interval(failures, runs)
-    return [round(lo, 6), round(hi, 6)]
+    return [round(lo, 4), round(hi, 4)]
+
+
+def interval_text(failures: Any, runs: Any, ci: Any = None) -> str | None:
+    """``20.7%-100.0%``: the 95% interval as every view shows it, computed from k and n (the
+    stored 4-digit ``ci`` rounded again would say 20.6% for 1 of 1); ``ci`` only when k, n are
+    not numbers. None without either."""
+    if isinstance(failures, int) and isinstance(runs, int) and runs > 0:
+        lo, hi = wilson_interval(failures, runs)
+    elif isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(c, (int, float)) for c in ci):
+        lo, hi = ci
+    else:
+        return None
+    return f"{100 * lo:.1f}%-{100 * hi:.1f}%"
 
 
 #: how bad an outcome is, worst first: the order of the report's Failures, of the outcome counts

@@ -17,6 +17,7 @@ from faulthunt.records.documents import Identity, RunInfo, Summary
 from faulthunt.records.events import Hang, OtherEvent
 from faulthunt.redact import redact_argv, redact_text
 from faulthunt.rundir import Layout, RunDir
+from faulthunt.stats import wilson_interval
 from faulthunt.summary import SEVERITY, ci95
 
 
@@ -599,7 +600,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     lost = len(failures) - len(failing) - sum(1 for f in failures
                                               if f.get("outcome") == "collateral")
     nfail = len(failing)
-    lo, hi = ci95(nfail, runs) if runs else (0.0, 1.0)
+    lo, hi = wilson_interval(nfail, runs) if runs else (0.0, 1.0)
     # which test in its worker's life each failure was: the "on its first or second test" fact
     positions: list[int] = []
     for f in failing:
@@ -660,7 +661,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     ts += [m["t"] for lane in lanes for m in lane.markers if isinstance(m.get("t"), (int, float))]
     return ReportModel(
         run_id=run_id, reproduce=_reproduce(run), headline=headline,
-        rate={"failures": nfail, "runs": runs, "ci95": [lo, hi], "text": rate_text,
+        rate={"failures": nfail, "runs": runs, "ci95": ci95(nfail, runs) if runs else [0.0, 1.0], "text": rate_text,
               "outcomes": dict(sorted(outcomes.items(), key=_outcome_order))},
         failures=tuple(failures),
         # by_test in summary.json's order (summary.row_order)
