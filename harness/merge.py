@@ -32,6 +32,9 @@ from faulthunt.rundir import (Layout, RunDir, append_jsonl, read_jsonl, write_js
 from faulthunt.scrub import copy_scrubbed
 
 PID_STRIDE = 10**7
+#: record keys holding a path relative to the run directory (a hang's stack dumps): in the
+#: merge they point into the input's copy under ``runners/<runner>/``
+RUN_PATH_KEYS = ("pyspy", "faulthandler")
 
 
 def runner_label(run_dir: Path, identity: Identity | None, taken: set[str]) -> str:
@@ -55,6 +58,10 @@ def rewrite_record(rec: dict[str, Any], label: str, index: int) -> dict[str, Any
         name = out.get(key)
         if isinstance(name, str) and name and not name.startswith(f"{label}/"):
             out[key] = f"{label}/{name}"
+    for key in RUN_PATH_KEYS:
+        rel = out.get(key)
+        if isinstance(rel, str) and rel and not rel.startswith("runners/"):
+            out[key] = f"runners/{label}/{rel}"
     pid = out.get("pid")
     if isinstance(pid, int) and not isinstance(pid, bool):
         out["host_pid"] = pid
@@ -109,6 +116,16 @@ def _unique_runs(run_dirs: list[Path]) -> tuple[list[Path], list[dict[str, Any]]
         seen[key] = run
         keep.append(run)
     return keep, duplicates
+
+
+def _input_notes(run: Path) -> list[str]:
+    """The notes of one input: its summary.json's, else recomputed from its records."""
+    from faulthunt.summary import summarize_run
+
+    summary = RunDir(run).summary()
+    if summary is not None:
+        return list(summary.notes)
+    return [str(n) for n in summarize_run(run).get("notes") or []]
 
 
 def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[str, Any]:
@@ -182,6 +199,11 @@ def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[
     from faulthunt.summary import summarize_run
 
     summary = summarize_run(out)
+    # what a run says about itself (its pytest-randomly seed, items not repeated) is true of that
+    # input only: each input's notes, named by its runner; no seed of one input for the whole merge
+    summary["notes"] = [f"{src['runner']}: {note}" for src, run in zip(sources, run_dirs)
+                        for note in _input_notes(run)]
+    summary["random_seed"] = None
     write_json_atomic(out / Layout.SUMMARY, summary)
     write_run_info(out, info.finished(exit_status=summary.get("exit_status"), ended=info.ended))
     merge_info["summary"] = Layout.SUMMARY

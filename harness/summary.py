@@ -249,9 +249,42 @@ def _attribute_neighbours(xids: list[dict[str, Any]]) -> None:
 
 # --- the summary ---------------------------------------------------------------------------------
 
-def _ci(failures: int, runs: int) -> list[float]:
+def ci95(failures: int, runs: int) -> list[float]:
+    """The 95% Wilson interval as summary.json keeps it (4 digits: data, not what is shown)."""
     lo, hi = wilson_interval(failures, runs)
     return [round(lo, 4), round(hi, 4)]
+
+
+def interval_text(failures: Any, runs: Any, ci: Any = None) -> str | None:
+    """``20.7%-100.0%``: the 95% interval as every view shows it, computed from k and n (the
+    stored 4-digit ``ci`` rounded again would say 20.6% for 1 of 1); ``ci`` only when k, n are
+    not numbers. None without either."""
+    if isinstance(failures, int) and isinstance(runs, int) and runs > 0:
+        lo, hi = wilson_interval(failures, runs)
+    elif isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(c, (int, float)) for c in ci):
+        lo, hi = ci
+    else:
+        return None
+    return f"{100 * lo:.1f}%-{100 * hi:.1f}%"
+
+
+#: how bad an outcome is, worst first: the order of the report's Failures, of the outcome counts
+#: and of equal-rate rows in the Tests tables (a crash never hides below plain assertion failures)
+SEVERITY = {"crashed": 0, "hung": 1, "xid": 2, "error": 3, "failed": 4}
+
+
+def worst_outcome(row: Mapping[str, Any]) -> int:
+    """The :data:`SEVERITY` of a by_test row's worst outcome (its Xids count as ``xid``)."""
+    kinds = [k for k, v in (row.get("outcomes") or {}).items() if v and k in SEVERITY]
+    if row.get("xids"):
+        kinds.append("xid")
+    return min((SEVERITY[k] for k in kinds), default=len(SEVERITY))
+
+
+def row_order(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Tests tables' order: most failures first, then the worst outcome, most Xids, the id."""
+    return (-int(row.get("failures") or 0), worst_outcome(row), -int(row.get("xids") or 0),
+            str(row.get("base_nodeid")))
 
 
 def xid_spread(xids: Iterable[Mapping[str, Any]], gpus_visible: int | None = None
@@ -412,7 +445,7 @@ def build_summary(spans: Iterable[Any],
 def _failure(s: TestSpan, crash: Crash | None) -> dict[str, Any]:
     return {
         "nodeid": s.nodeid, "base_nodeid": s.base_nodeid,
-        "outcome": "failed" if s.outcome == "error" else s.outcome,
+        "outcome": s.outcome,  # error (a failed fixture) stays its own outcome
         "phase": "setup/teardown" if s.outcome == "error" else None,
         "worker": s.worker, "pid": s.pid, "device": s.device,
         "message": _message(s),
@@ -449,9 +482,9 @@ def _by_test(span_list: list[TestSpan], attributed: list[dict[str, Any]]) -> lis
         fails = sum(v for k, v in counts.items() if k in FAILING and k != "collateral")
         by_test.append({"base_nodeid": base, "runs": runs, "failures": fails,
                         "rate": round(fails / runs, 6) if runs else 0.0,
-                        "ci95": _ci(fails, runs), "outcomes": dict(sorted(counts.items())),
+                        "ci95": ci95(fails, runs), "outcomes": dict(sorted(counts.items())),
                         "collateral": collateral, "xids": xids_by_test.get(base, 0)})
-    by_test.sort(key=lambda r: (-r["failures"], -r["xids"], r["base_nodeid"]))
+    by_test.sort(key=row_order)
     return by_test
 
 
@@ -548,7 +581,10 @@ def _notes(summary: Mapping[str, Any], span_list: list[TestSpan],
     counted differently from plain pytest, and how to replay it."""
     notes: list[str] = []
     collected = next((e for e in events if isinstance(e, Collected)), None)
-    if collected is not None and collected.repeated:
+    ran = any(s.outcome != LOST for s in span_list)
+    # what faulthunt repeated is news only when a test ran (a -k that deselected everything, a
+    # usage error: nothing was repeated in effect)
+    if collected is not None and collected.repeated and ran:
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(collected.repeated.items()))
         notes.append(f"faulthunt repeated {sum(collected.repeated.values())} item(s) "
                      f"{collected.count} times that pytest-repeat leaves alone ({kinds})")

@@ -31,9 +31,11 @@ def test_markdown_golden() -> None:
 H200 = DATA / "h200_stress_run"
 
 
-def test_h200_markdown_golden() -> None:
-    """The real H200 Xid 31 run (tests/data/report/PROVENANCE.md) renders to its golden report."""
-    text = render(build_model(H200), "md")
+def test_h200_markdown_golden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real H200 Xid 31 run (tests/data/report/PROVENANCE.md) renders to its golden report
+    (asked for by its path from its parent directory, as the commands it suggests name it)."""
+    monkeypatch.chdir(DATA)
+    text = render(build_model(Path(H200.name)), "md")
     golden = DATA / "h200_report.md"
     if os.environ.get("FAULTHUNT_REGEN_GOLDEN"):
         golden.write_text(text)
@@ -61,10 +63,10 @@ def test_h200_evidence_and_environment() -> None:
 @pytest.mark.slow
 def test_h200_report_command_all_formats(tmp_path: Path) -> None:
     """`faulthunt report --run DIR --format all` on the real run writes all three files."""
-    run = tmp_path / "run"
+    run = tmp_path / H200.name
     shutil.copytree(H200, run)
-    p = subprocess.run([sys.executable, "-m", "faulthunt", "report", "--run", str(run), "--format", "all"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "faulthunt", "report", "--run", H200.name, "--format", "all"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert (run / "report.md").read_text() == (DATA / "h200_report.md").read_text()
     doc = json.loads((run / "report.json").read_text())

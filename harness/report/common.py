@@ -41,11 +41,13 @@ def clip(message: Any, model: ReportModel, limit: int = MESSAGE_CHARS) -> str:
 
 def rate_text(t: Mapping[str, Any]) -> str:
     """``12.0% (5.0%-24.0%)`` from a by_test row, ``-`` without a rate."""
-    ci = t.get("ci95") or [None, None]
+    from faulthunt.summary import interval_text
+
     rate = t.get("rate")
-    if rate is None or ci[0] is None:
+    interval = interval_text(t.get("failures"), t.get("runs"), t.get("ci95"))
+    if rate is None or interval is None:
         return "-"
-    return f"{100 * rate:.1f}% ({100 * ci[0]:.1f}%-{100 * ci[1]:.1f}%)"
+    return f"{100 * rate:.1f}% ({interval})"
 
 
 def allocation_text(x: dict[str, Any]) -> str | None:
@@ -59,6 +61,16 @@ def allocation_text(x: dict[str, Any]) -> str | None:
         return str(x["verdict"])
     return (f"{x['verdict']}: {a.get('address')} +{a.get('size')} ({a.get('source') or '?'}, "
             f"from {a.get('nodeid') or '?'})")
+
+
+def pid_text(rec: Mapping[str, Any]) -> str | None:
+    """A pid; in a merged run also the pid on its own host (``10029767 (host pid 29767)``), which
+    that host's dmesg names."""
+    pid = rec.get("pid")
+    if pid is None:
+        return None
+    host = rec.get("host_pid")
+    return f"{pid} (host pid {host})" if host is not None and host != pid else str(pid)
 
 
 def outcome_text(f: Mapping[str, Any]) -> str:

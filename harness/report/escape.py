@@ -30,6 +30,16 @@ def visible(value: Any) -> str:
                             str(value))
 
 
+_LINE_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def visible_lines(value: Any) -> str:
+    """``value`` with its line breaks and tabs kept (a stack, a log) and every other control
+    character shown as its escape, as :func:`visible` shows it (``\x1b``, ``\x07``, ``\r``)."""
+    s = str(value).replace("\r\n", "\n")
+    return _LINE_CONTROL.sub(lambda m: _NAMED.get(m.group(0), f"\\x{ord(m.group(0)):02x}"), s)
+
+
 def md_text(value: Any, *, newlines: str = "escape") -> str:
     """``value`` as literal Markdown text on one line (a table cell, a heading, a list item).
 

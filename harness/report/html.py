@@ -22,8 +22,8 @@ from html import escape
 from typing import Any
 
 from faulthunt.report.common import (SIMULATED, allocation_text, clip, failing_tests, gpu_text,
-                                     headline, outcome_text, rate_text)
-from faulthunt.report.escape import visible
+                                     headline, outcome_text, pid_text, rate_text)
+from faulthunt.report.escape import visible, visible_lines
 from faulthunt.report.markdown import example_text
 from faulthunt.report.model import Lane, ReportModel
 
@@ -88,7 +88,9 @@ details summary{cursor:pointer}
 
 
 def _e(value: Any) -> str:
-    return escape(str(value), quote=True)
+    """Data as HTML text: control characters shown as escapes (an ESC or BEL from a failure
+    message never lands raw in the page; line breaks stay), then HTML-escaped."""
+    return escape(visible_lines(value), quote=True)
 
 
 def natural_key(text: str) -> tuple[Any, ...]:
@@ -315,7 +317,7 @@ def failures_table(model: ReportModel) -> str:
     for i, f in enumerate(model.failures[:MAX_FAILURE_ROWS]):
         rows.append(f'<tr id="failure-{i + 1}">' + _td(f.get("nodeid"), "id") + _td(outcome_text(f))
                     + _td(f.get("worker"), sort=" ".join(str(p) for p in natural_key(str(f.get("worker")))))
-                    + _td(f.get("pid"), "num") + _td(gpu_text(f.get("device"), model))
+                    + _td(pid_text(f), "num", f.get("pid")) + _td(gpu_text(f.get("device"), model))
                     + _message_cell(f.get("message"), model) + "</tr>")
     more = (f"<p>... and {len(model.failures) - MAX_FAILURE_ROWS} more (report.json has them all)</p>"
             if len(model.failures) > MAX_FAILURE_ROWS else "")
@@ -392,7 +394,7 @@ def sanitizer_section(model: ReportModel) -> str:
 def hangs_section(model: ReportModel) -> str:
     out = []
     for h in model.hangs:
-        out.append(f"<h3>{_e(visible(h.get('nodeid')))}</h3><p>worker {_e(h.get('worker'))}, pid {_e(h.get('pid'))}, "
+        out.append(f"<h3>{_e(visible(h.get('nodeid')))}</h3><p>worker {_e(h.get('worker'))}, pid {_e(pid_text(h))}, "
                    f"timeout {_e(h.get('timeout'))} s</p>")
         also = (f"; the same stack in {', '.join(h['same_stack_in'])}"
                 if h.get("same_stack_in") else "")

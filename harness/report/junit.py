@@ -18,7 +18,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from faulthunt.report.common import SIMULATED, gpu_text, headline, outcome_text, rate_text
+from faulthunt.report.common import (SIMULATED, gpu_text, headline, outcome_text, pid_text,
+                                     rate_text)
 from faulthunt.report.model import ReportModel
 
 # characters XML 1.0 forbids even as references (control characters but tab, LF, CR; surrogates)
@@ -59,7 +60,7 @@ def _durations(model: ReportModel) -> dict[str, float]:
 
 def _run_line(f: Mapping[str, Any], model: ReportModel) -> str:
     gpu = gpu_text(f.get("device"), model)
-    where = f"worker {f.get('worker')}, pid {f.get('pid')}" + (f", GPU {gpu}" if gpu else "")
+    where = f"worker {f.get('worker')}, pid {pid_text(f)}" + (f", GPU {gpu}" if gpu else "")
     return f"{f.get('nodeid')}: {outcome_text(f)} ({where})\n    {f.get('message') or '(no message)'}"
 
 
@@ -76,7 +77,9 @@ def _testcase(parent: ET.Element, t: Mapping[str, Any], failures: Sequence[Mappi
     if nfail:
         mine = [f for f in failures if f.get("base_nodeid") == base and f.get("outcome") != "collateral"]
         kinds = sorted({str(f.get("outcome")) for f in mine})
-        tag = "error" if {"crashed", "hung"} & set(kinds) else "failure"
+        # a crash, a hang or a failed fixture is an <error> (as pytest's own junitxml says a
+        # fixture's); a plain assertion a <failure>
+        tag = "error" if {"crashed", "hung", "error"} & set(kinds) else "failure"
         label = f"{SIMULATED}: " if model.simulated else ""
         el = ET.SubElement(case, tag, message=_x(label + stats), type=_x(",".join(kinds) or "failed"))
         text = [_run_line(f, model) for f in mine[:MAX_RUNS_LISTED]]

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from faulthunt.report.common import (allocation_text, clip, failing_tests, gpu_text, headline,
-                                     outcome_text, rate_text)
+                                     outcome_text, pid_text, rate_text)
 from faulthunt.report.escape import md_cell, md_code, md_fence, md_note, md_text
 from faulthunt.report.model import ReportModel
 
@@ -37,7 +37,7 @@ def failures_table(model: ReportModel, limit: int = MAX_FAILURES) -> list[str]:
     """The first ``limit`` failures, with a line saying how many more report.json holds."""
     out = _table(["test", "outcome", "worker", "pid", "GPU", "message"],
                  [[md_cell(f.get("nodeid")), md_cell(outcome_text(f)), md_cell(f.get("worker")),
-                   md_cell(f.get("pid")), md_cell(gpu_text(f.get("device"), model)),
+                   md_cell(pid_text(f)), md_cell(gpu_text(f.get("device"), model)),
                    md_cell(clip(f.get("message"), model), newlines="space")]
                   for f in model.failures[:limit]])
     if len(model.failures) > limit:
@@ -183,7 +183,7 @@ def render(model: ReportModel) -> str:
     if model.hangs:
         L += ["## Hangs", ""]
         for h in model.hangs:
-            L += [f"### {md_text(h.get('nodeid'))} (worker {md_text(h.get('worker'))}, pid {md_text(h.get('pid'))}, "
+            L += [f"### {md_text(h.get('nodeid'))} (worker {md_text(h.get('worker'))}, pid {md_text(pid_text(h))}, "
                   f"timeout {md_text(h.get('timeout'))} s)", ""]
             if h.get("same_as"):
                 L += [f"Same stack as {md_text(h['same_as'])} (above).", ""]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from faulthunt.records.events import Hang, OtherEvent
 from faulthunt.redact import redact_argv, redact_text
 from faulthunt.rundir import Layout, RunDir
 from faulthunt.stats import wilson_interval
+from faulthunt.summary import SEVERITY, ci95
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +119,7 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
         if isinstance(rec, Hang):
             for rel in (rec.pyspy, rec.faulthandler):
                 if rel:
-                    hang_texts[rel] = run.text(rel, limit=STACK_READ_CHARS)
+                    hang_texts[rel] = _dump_text(run, rel, rec.worker)
     notes.extend(_problem_notes(run))
     info = docs[Layout.RUN]
     identity = docs[Layout.IDENTITY]
@@ -129,13 +130,23 @@ def build_model(run_dir: Path | RunDir) -> ReportModel:
         identity=identity.to_json() if isinstance(identity, Identity) else {},
         summary=summary, mapping=[m.to_json() for m in mapping or ()],
         sanitizer=sanitizer.to_json() if sanitizer is not None else None,
-        events=events, controller=controller, xids=xids, hang_texts=hang_texts, notes=notes)
+        events=events, controller=controller, xids=xids, hang_texts=hang_texts, notes=notes,
+        run_path=str(run.path))
 
 
 #: a hang's stack in the report: whole lines up to this many characters, then a count of the rest
 STACK_CHARS = 4000
 #: what is read of a dump file (the count of lines left out is exact below this size)
 STACK_READ_CHARS = 1 << 20
+
+
+def _dump_text(run: RunDir, rel: str, worker: str | None) -> str | None:
+    """A hang's dump; in a run merged before merge pointed dump paths into ``runners/<runner>/``,
+    found there by the runner its worker names (``node-a/gw0``)."""
+    text = run.text(rel, limit=STACK_READ_CHARS)
+    if text is None and worker and "/" in worker and not rel.startswith("runners/"):
+        text = run.text(f"runners/{worker.split('/')[0]}/{rel}", limit=STACK_READ_CHARS)
+    return text
 
 
 def cut_stack(text: str, rel: str, limit: int = STACK_CHARS) -> str:
@@ -154,14 +165,54 @@ def cut_stack(text: str, rel: str, limit: int = STACK_CHARS) -> str:
     return "\n".join(kept)
 
 
-def _stack_key(text: str, pid: Any) -> str:
-    """A stack with what differs between processes stuck in the same place taken out: the pid,
-    addresses (ASLR), the dump's time."""
-    key = re.sub(r"0x[0-9a-fA-F]+", "0x", text)
-    key = re.sub(r" at \d+(\.\d+)?", " at T", key)
-    if pid is None:
-        return key
-    return re.sub(rf"\b(Process|Thread|pid) {int(pid)}\b", r"\1 PID", key)
+#: a thread header: py-spy's ``Thread 123 (idle): "name"``, faulthandler's ``Thread 0x7f.. (most
+#: recent call first):`` / ``Current thread 0x..``
+_THREAD = re.compile(r"^(?:Current thread|Thread) (?:0x[0-9a-fA-F]+|\d+)\b(?:[^\n\"]*\"([^\"]*)\")?")
+#: faulthunt's own threads (the hang watchdog that takes the dump, the child poller): py-spy names
+#: them; faulthandler shows only their frames in faulthunt's own modules
+_OWN_NAME = re.compile(r"^faulthunt-")
+_OWN_FRAME = re.compile(r"[/\\](?:faulthunt|harness)[/\\](?:supervise|children)\.py\b")
+
+
+def _threads(text: str) -> list[list[str]]:
+    """The dump's thread blocks (header line first); what precedes the first thread is left out
+    (the dump command, ``Process PID: ...``, the Python version)."""
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        if _THREAD.match(line):
+            blocks.append([line])
+        elif blocks and line.strip():
+            blocks[-1].append(line)
+    return blocks
+
+
+def _own_thread(block: list[str]) -> bool:
+    m = _THREAD.match(block[0])
+    if m and m.group(1) is not None:
+        return bool(_OWN_NAME.match(m.group(1)))
+    return any(_OWN_FRAME.search(line) for line in block[1:])
+
+
+def _stack_key(text: str, pid: Any = None) -> str:
+    """What says where a process is stuck, for grouping equal stacks: each thread's frames, without
+    faulthunt's own threads (the watchdog that took the dump: active in one dump, idle in the next),
+    the thread ids and states, py-spy's Arguments/Locals (worker ids, start times, lengths) and
+    addresses (ASLR). ``pid``: taken out of a text that is no dump of threads."""
+    blocks = _threads(text)
+    if not blocks:  # not a dump of threads: compared whole, less the pid, addresses and times
+        key = re.sub(r"0x[0-9a-fA-F]+", "0x", text)
+        key = re.sub(r" at \d+(\.\d+)?", " at T", key)
+        return key if pid is None else re.sub(rf"\b(Process|Thread|pid) {int(pid)}\b", r"\1 PID", key)
+    out: list[str] = []
+    for block in blocks:
+        if _own_thread(block):
+            continue
+        m = _THREAD.match(block[0])
+        out.append(f"thread {m.group(1) if m and m.group(1) is not None else ''}")
+        # py-spy frames are indented 4 spaces; their Arguments/Locals 8 and more
+        out += [re.sub(r"0x[0-9a-fA-F]+", "0x", line.strip()) for line in block[1:]
+                if not line.startswith("        ")]
+    return "\n".join(out)
 
 
 def _hangs(events: Sequence[Mapping[str, Any]], hang_texts: Mapping[str, str | None]) -> list[dict[str, Any]]:
@@ -441,8 +492,12 @@ def _decode_xid(x: Mapping[str, Any], mapping: Sequence[Mapping[str, Any]]) -> d
 
 def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
                sanitizer: Mapping[str, Any] | None, failures: Sequence[Mapping[str, Any]],
-               run_id: str) -> list[str]:
-    """'What to try next', each item derived from a piece of evidence in the run."""
+               run: str) -> list[str]:
+    """'What to try next', each item derived from a piece of evidence in the run.
+
+    ``run``: what ``--run`` takes to find this run again (its path; quoted for the shell here)."""
+    import shlex
+
     steps: list[str] = []
     verdicts = {x.get("verdict") for x in xids}
     if "freed" in verdicts:
@@ -466,7 +521,7 @@ def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
                      "faulting kernel: rerun with CUDA_LAUNCH_BLOCKING=1 (stress sets it unless "
                      "--no-launch-blocking) to stop at the faulting launch.")
     if sanitizer is None and (failures or xids):
-        steps.append(f"No sanitizer run yet: `faulthunt sanitize --run {run_id}` reruns the failing tests "
+        steps.append(f"No sanitizer run yet: `faulthunt sanitize --run {shlex.quote(run)}` reruns the failing tests "
                      "under compute-sanitizer memcheck to name the kernel and source line.")
     elif sanitizer is not None and not sanitizer.get("findings") and (failures or xids):
         kinds = {o.get("outcome") for o in sanitizer.get("outcomes") or [] if isinstance(o, Mapping)}
@@ -528,12 +583,18 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                      summary: Mapping[str, Any], mapping: Sequence[Mapping[str, Any]],
                      sanitizer: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]],
                      controller: Sequence[Mapping[str, Any]], xids: Sequence[Mapping[str, Any]],
-                     hang_texts: Mapping[str, str | None], notes: Sequence[str]) -> ReportModel:
-    """Derive the report from already-read run-directory content (pure)."""
+                     hang_texts: Mapping[str, str | None], notes: Sequence[str],
+                     run_path: str | None = None) -> ReportModel:
+    """Derive the report from already-read run-directory content (pure).
+
+    ``run_path``: the run directory as the report was asked for it (the commands it suggests
+    name it; None: by its id)."""
     # messages are what tests printed and asserted: secrets of known shapes scrubbed
-    failures = [dict(f, message=redact_text(f["message"])) if isinstance(f.get("message"), str)
-                else dict(f) for f in summary.get("failures") or []]
+    failures = [_failure_row(f) for f in summary.get("failures") or [] if isinstance(f, Mapping)]
     failures = by_severity(failures, summary.get("xids") or xids)
+    host_pid = _host_pids(run)
+    for f in failures:
+        f.setdefault("host_pid", host_pid(f))
     lanes, order = _lanes(events, controller, xids)
     runs = _rated_runs(summary, order)
     # collateral runs say nothing of their test; lost ones never ran (said apart below)
@@ -560,7 +621,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         rate_text += f" (not counted: {unrated}: they could not fail)"
     who = _workers_failing(summary, failing, len(lanes))
     if who is not None:
-        kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items()))
+        kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items(), key=_outcome_order))
         headline = (f"{verb} {who[0]}{_position_text(positions, who[1])} ({kinds}); "
                     f"{nfail} of {runs} runs, 95% interval {_pct(lo)}-{_pct(hi)}{who[2]}")
     else:
@@ -576,6 +637,8 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         headline += f"; stopped early: {redact_text(str(summary['stopped_early']))}"
     decoded = [_decode_xid(x, mapping) for x in (summary.get("xids") or xids)]
     hangs = _hangs(events, hang_texts)
+    for h in hangs:
+        h["host_pid"] = host_pid(h)
     findings = list((sanitizer or {}).get("findings") or [])
     gpus = identity.get("gpus") or []
     # keys as faulthunt.identity.collect_basic() writes them (docs/rundir.md identity.json)
@@ -602,12 +665,14 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     ts += [m["t"] for lane in lanes for m in lane.markers if isinstance(m.get("t"), (int, float))]
     return ReportModel(
         run_id=run_id, reproduce=_reproduce(run), headline=headline,
-        rate={"failures": nfail, "runs": runs, "ci95": [round(lo, 4), round(hi, 4)], "text": rate_text,
-              "outcomes": dict(sorted(outcomes.items()))},
-        failures=tuple(failures), by_test=tuple(summary.get("by_test") or ()), xids=tuple(decoded),
+        rate={"failures": nfail, "runs": runs, "ci95": ci95(nfail, runs) if runs else [0.0, 1.0], "text": rate_text,
+              "outcomes": dict(sorted(outcomes.items(), key=_outcome_order))},
+        failures=tuple(failures),
+        # by_test in summary.json's order (summary.row_order)
+        by_test=tuple(summary.get("by_test") or ()), xids=tuple(decoded),
         sanitizer=tuple(findings), sanitizer_ran=sanitizer is not None, hangs=tuple(hangs),
         environment=env,
-        next_steps=tuple(next_steps(summary, decoded, sanitizer, failures, run_id)),
+        next_steps=tuple(next_steps(summary, decoded, sanitizer, failures, run_path or run_id)),
         lanes=tuple(lanes), t_range=(min(ts), max(ts)) if ts else None,
         notes=tuple(redact_text(n) for n in [*notes, *(w for w in summary.get("warnings") or []
                                                        if isinstance(w, str)),
@@ -619,6 +684,21 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
         collection_errors=tuple(_collection_errors(summary)),
         no_tests_reason=(redact_text(str(summary["no_tests_reason"]))
                          if summary.get("no_tests_reason") else None))
+
+
+def _host_pids(run: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], int | None]:
+    """For a merged run: a function giving a record's pid on its own host (what that host's kernel
+    log says) from the merged pid and the runner its worker names; None where it is the same."""
+    offsets = {str(s.get("runner")): s.get("pid_offset") for s in run.get("merged_from") or []
+               if isinstance(s, Mapping) and isinstance(s.get("pid_offset"), int)}
+
+    def host_pid(rec: Mapping[str, Any]) -> int | None:
+        pid, worker = rec.get("pid"), str(rec.get("worker") or "")
+        offset = offsets.get(worker.split("/", 1)[0]) if "/" in worker else None
+        if not isinstance(pid, int) or offset is None or not 0 < pid - offset:
+            return None
+        return pid - offset
+    return host_pid
 
 
 def _collection_errors(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -654,7 +734,23 @@ def _rated_runs(summary: Mapping[str, Any], order: Mapping[Any, list[dict[str, A
 
 
 #: the Failures tables' order: what took a worker down first, a plain assertion last
-_SEVERITY = {"crashed": 0, "hung": 1, "xid": 2, "error": 3, "failed": 4}
+_SEVERITY = SEVERITY
+
+
+def _outcome_order(item: tuple[str, int]) -> tuple[int, str]:
+    """Outcome counts in the order of :data:`_SEVERITY` (the worst first), others after by name."""
+    return _SEVERITY.get(item[0], len(_SEVERITY)), item[0]
+
+
+def _failure_row(f: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary.json failure for the report: its message scrubbed of secrets; a failed fixture
+    of a run recorded before ``error`` was kept apart (``failed`` with ``phase``) reads ``error``."""
+    row = dict(f)
+    if isinstance(row.get("message"), str):
+        row["message"] = redact_text(row["message"])
+    if row.get("outcome") == "failed" and row.get("phase"):
+        row["outcome"] = "error"
+    return row
 
 
 def _severity(f: Mapping[str, Any], xid_keys: set[tuple[Any, Any]]) -> int:
@@ -663,7 +759,7 @@ def _severity(f: Mapping[str, Any], xid_keys: set[tuple[Any, Any]]) -> int:
         return _SEVERITY[outcome]
     if (f.get("pid"), f.get("nodeid")) in xid_keys or (None, f.get("nodeid")) in xid_keys:
         return _SEVERITY["xid"]
-    if outcome == "error" or f.get("phase"):  # a failed fixture: outcome failed, phase set
+    if outcome == "error" or (outcome == "failed" and f.get("phase")):  # a failed fixture
         return _SEVERITY["error"]
     if outcome == "failed":
         return _SEVERITY["failed"]

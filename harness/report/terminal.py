@@ -15,7 +15,7 @@ from typing import Any
 
 from faulthunt.records.documents import MappingEntry
 from faulthunt.report.escape import visible
-from faulthunt.summary import plural
+from faulthunt.summary import interval_text, plural
 
 #: collection errors named one by one under the table (the rest are counted)
 SHOWN_ERRORS = 5
@@ -61,10 +61,10 @@ def failing_table(summary: Mapping[str, Any], mapping: Iterable[MappingEntry]) -
         xs = ", ".join(f"{k}x{v}" if v > 1 else k
                        for k, v in sorted(xid_by_test.get(r["base_nodeid"], Counter()).items()))
         vs = ", ".join(sorted(set(verdicts.get(r["base_nodeid"], []))))
-        lo, hi = r["ci95"]
         # ids are data: rich would read "[x/y]" in test_p[x/y] as markup and drop it
         table.add_row(escape(visible(r["base_nodeid"])), f"{r['failures']} of {r['runs']}",
-                      f"{r['rate']:.1%}", f"{lo:.1%}-{hi:.1%}", escape(outs), escape(xs or "-"),
+                      f"{100 * r['rate']:.1f}%",
+                      interval_text(r["failures"], r["runs"], r["ci95"]) or "-", escape(outs), escape(xs or "-"),
                       escape(vs or "-"))
     return table
 
