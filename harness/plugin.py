@@ -200,6 +200,19 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.benchmark_disable = True
 
 
+def _still_repeated(items: list[pytest.Item], repeated: dict[str, int]) -> dict[str, int]:
+    """Items faulthunt repeated, per item type, counting only those that will still run: a ``-k``
+    or ``--deselect`` after the copies were made may have left some or all of them out."""
+    if not repeated:
+        return {}
+    bases: dict[str, set[str]] = {}
+    for item in items:
+        base = item.stash.get(BASE_KEY, None)
+        if base is not None and type(item).__name__ in repeated:
+            bases.setdefault(type(item).__name__, set()).add(base)
+    return {name: len(b) for name, b in bases.items()}
+
+
 def _wanted_ids(config: pytest.Config) -> set[str]:
     """The --faulthunt-id values, each also as pytest names it: an id whose file path is absolute
     or relative to where pytest was started (``/repo/tests/t.py::test_a``, as a user or a shell
@@ -359,7 +372,8 @@ class WorkerRecorder:
         count = self.config.getoption("count", None)
         self.events.write(Collected(
             worker=self.worker, pid=self.pid, items=len(session.items),
-            count=count if isinstance(count, int) else result.count, repeated=result.repeated,
+            count=count if isinstance(count, int) else result.count,
+            repeated=_still_repeated(session.items, result.repeated),
             not_repeated=[NotRepeated(nodeid=n, why=w) for n, w in result.not_repeated],
             child_polling=self.children.polling, **_now()))
         if result.not_repeated and self.worker in ("main", "gw0"):

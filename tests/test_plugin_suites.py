@@ -138,6 +138,18 @@ def test_every_item_type_runs_count_times(pytester: pytest.Pytester, run: Path) 
     assert any("repeated 5 item(s) 3 times" in n for n in summarize_run(run)["notes"])
 
 
+def test_repeated_counts_only_items_left_after_deselection(pytester: pytest.Pytester,
+                                                           run: Path) -> None:
+    """A -k that leaves out some repeated items: the note counts those that ran, not all."""
+    _mixed_suite(pytester)
+    result = pytester.runpytest_subprocess(*BASE, "-p", "repeat", "--count", "2",
+                                           "--doctest-modules", "-k", "test_a or first")
+    result.assert_outcomes(passed=4, deselected=8)
+    collected = next(e for e in RunDir(run).worker_events() if type(e).__name__ == "Collected")
+    assert collected.repeated == {"TestCaseFunction": 1, "CaseItem": 1}
+    assert any("repeated 2 item(s) 2 times" in n for n in summarize_run(run)["notes"])
+
+
 @pytest.mark.slow
 def test_repeated_items_under_xdist_and_by_id(pytester: pytest.Pytester, run: Path) -> None:
     _mixed_suite(pytester)
