@@ -240,3 +240,19 @@ def test_repeat_note_only_when_a_test_ran() -> None:
     ran = [collected, {"event": "start", **base, "t": 0, "t_mono": 0},
            {"event": "end", **base, "t": 1, "t_mono": 1, "outcome": "passed"}]
     assert [n for n in build_summary(ran, [], [])["notes"] if "faulthunt repeated" in n]
+
+
+def test_merged_report_environment_is_the_runners(tmp_path: Path) -> None:
+    """A merge keeps each runner's identity under ``runners``: the report's environment shows
+    them (one value where the runners agree, each runner's where they differ), not "-"."""
+    runs = []
+    for host, driver in (("node-a", "580.159.04"), ("node-b", "575.51.03")):
+        run = _runner_with_hang(tmp_path, host)
+        write_json_atomic(run / "identity.json", {"host": host, "python": "3.12.3", "driver": driver})
+        runs.append(run)
+    out = tmp_path / "merged"
+    merge_runs(runs, out)
+    env = build_model(out).environment
+    assert env["host"] == "node-a: node-a; node-b: node-b"
+    assert env["python"] == "3.12.3"
+    assert env["driver"] == "node-a: 580.159.04; node-b: 575.51.03"

@@ -579,6 +579,32 @@ def _nothing_ran_step(summary: Mapping[str, Any]) -> str:
             "of the command above (reproducer.log has pytest's whole output), then run again.")
 
 
+_RUNNER_KEYS = ("host", "os", "kernel", "machine", "python", "faulthunt", "driver",
+                "driver_module", "cuda_driver", "cuda")
+
+
+def _with_runners(identity: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A merged run's identity keeps each runner's under ``runners``: the environment shown is
+    theirs, one value when all runners agree, else each runner's (``vm: 580.1; vm-2: 575.5``)."""
+    runners = identity.get("runners")
+    if not isinstance(runners, Mapping) or not runners:
+        return identity
+    out = dict(identity)
+    for key in _RUNNER_KEYS:
+        if out.get(key):
+            continue
+        values = {label: r.get(key) for label, r in runners.items()
+                  if isinstance(r, Mapping) and r.get(key)}
+        if len(set(values.values())) == 1:
+            out[key] = next(iter(values.values()))
+        elif values:
+            out[key] = "; ".join(f"{label}: {v}" for label, v in values.items())
+    packages = [r.get("packages") for r in runners.values() if isinstance(r, Mapping)]
+    if not out.get("packages") and packages and all(p == packages[0] for p in packages):
+        out["packages"] = packages[0] or {}
+    return out
+
+
 def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[str, Any],
                      summary: Mapping[str, Any], mapping: Sequence[Mapping[str, Any]],
                      sanitizer: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]],
@@ -640,6 +666,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     for h in hangs:
         h["host_pid"] = host_pid(h)
     findings = list((sanitizer or {}).get("findings") or [])
+    identity = _with_runners(identity)
     gpus = identity.get("gpus") or []
     # keys as faulthunt.identity.collect_basic() writes them (docs/rundir.md identity.json)
     env = {"host": identity.get("host"), "os": identity.get("os"), "kernel": identity.get("kernel"),
