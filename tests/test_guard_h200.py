@@ -9,16 +9,16 @@ the recorded command line pins why, so the docs cannot claim those rows.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import shutil
 from pathlib import Path
+from types import ModuleType
 
 from faulthunt.guard import GuardIndex, guard_verdict
 from faulthunt.ledger.reader import load_ledger, read_ledger_file
 from faulthunt.mapper import map_run
 from faulthunt.rundir import RunDir
+from gpuscript import load_gpu_script
 
 D = Path(__file__).parent / "data" / "guard" / "h200"
 RUN = D / "faults_run"
@@ -28,14 +28,8 @@ WANT = {"test_cupy_write_one_past": "past_end", "test_cupy_read_one_past": "past
         "test_numba_write_one_past": "past_end", "test_cupy_use_after_free": "freed"}
 
 
-def _validator():  # type: ignore[no-untyped-def]
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "guard_validate.py"
-    spec = importlib.util.spec_from_file_location("guard_validate", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+def _validator() -> ModuleType:
+    return load_gpu_script("guard_validate")
 
 
 def _printed() -> dict[str, dict]:

@@ -9,16 +9,15 @@ and loop figures quoted in docs/guard.md must be those of results.json.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from gpuscript import load_gpu_script
 
 from faulthunt.mapper import map_run
 from faulthunt.report import build_model, render
@@ -32,13 +31,7 @@ RUNS = {"faults": D / "faults_run", "planted_256": D / "planted" / "planted_256"
 
 
 def _validator() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "guard_validate.py"
-    spec = importlib.util.spec_from_file_location("guard_validate", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_gpu_script("guard_validate")
 
 
 def _remapped(stage: str, tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:

@@ -191,15 +191,10 @@ def test_slack():
 '''
 
 
-def _validator():
-    import importlib.util
+def _validator():  # type: ignore[no-untyped-def]
+    from gpuscript import load_gpu_script
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "guard_validate.py"
-    spec = importlib.util.spec_from_file_location("guard_validate", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_gpu_script("guard_validate")
 
 
 @pytest.mark.slow

@@ -9,14 +9,15 @@ simulator, a SIMULATED CuPy) takes a minute or two: it runs with FAULTHUNT_GUARD
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
+from gpuscript import load_gpu_script
 
 from faulthunt.cli import build_parser
 from faulthunt.cli.stress import options
@@ -26,13 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu" / "guard_validate.py"
 
 
-def _validator() -> Any:
-    spec = importlib.util.spec_from_file_location("guard_validate", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+def _validator() -> ModuleType:
+    return load_gpu_script("guard_validate")
 
 
 V = _validator()
