@@ -318,7 +318,8 @@ A = 0x7F00_001F_F000  # a 4000-byte allocation ending 96 bytes before its guard 
     (A + 4096, False, 6.0, ("past_end", True)),    # past the end of a freed allocation
     (A + 10, True, 4.5, ("freed", True)),          # a mapped page cannot fault: clocks differ
     (A + 10, False, 20.0, None),                   # after the VA went back to the driver
-    (A + 10, False, 0.5, None),                    # before the slot existed
+    (A + 10, False, -0.5, None),                   # before the slot existed
+    (A + 4096, True, 0.9, ("past_end", True)),     # 0.1 s before its allocation: clocks differ
     (A + 5 * G, False, 2.0, None),                 # outside the slot
 ])
 def test_verdict_table(address, page, at, want):
@@ -334,6 +335,15 @@ def test_verdict_texts_name_the_freeing_test_and_the_clock_note():
     assert v.to_json()["allocation"]["freed"]["nodeid"] == "tests/t.py::test_free[3-50]"
     late = guard_verdict(recs, A + 4096, at=6.0)
     assert late.verdict == "past_end" and "freed by" in late.note
+
+
+def test_a_fault_just_before_its_allocation_says_the_clocks_differ():
+    """The kernel log's timestamps (boot clock) and the ledger's (wall clock) are converted to one
+    another; a few hundred ms apart, an overrun right after its allocation reads 'before' it."""
+    v = guard_verdict([_alloc(A, 4000, t=1.0)], A + 4096, page=True, at=0.7)
+    assert v is not None and v.verdict == "past_end" and v.caught
+    assert "0.300 s before the recorded allocation" in v.note
+    assert guard_verdict([_alloc(A, 4000, t=1.0)], A + 4096, page=True, at=-0.1) is None
 
 
 def test_reused_va_picks_the_slot_of_the_time():

@@ -31,7 +31,8 @@ from faulthunt.records.ledger import PHASE_COMPLETED, format_stack
 
 PAGE = 4096
 #: a fault on a page that was mapped at the fault time cannot be a guard catch; when the slot was
-#: freed this soon after that time, the two clocks (kernel log vs ledger) are taken to differ
+#: freed this soon after that time, the two clocks (kernel log vs ledger) are taken to differ; a
+#: slot made this soon after the fault time is taken to be the one that faulted, for the same reason
 SKEW_S = 1.0
 
 Span = int | tuple[int, int]
@@ -121,16 +122,24 @@ class GuardIndex:
             at = float("inf")
         i = bisect.bisect_right(self._starts, address)
         best: GuardSlot | None = None
+        # made just after ``at``: the kernel log's clock and the ledger's may differ by that much
+        late: GuardSlot | None = None
         while i > 0:
             i -= 1
             s = self.slots[i]
             if s.reserve[0] + self._widest <= address:
                 break
-            if s.reserve[0] <= address < s.reserve[1] and s.t <= at and (best is None or s.t > best.t):
-                best = s
-        if best is None or (best.t_release is not None and at >= best.t_release):
-            return None
-        return best
+            if not s.reserve[0] <= address < s.reserve[1]:
+                continue
+            if s.t <= at:
+                if best is None or s.t > best.t:
+                    best = s
+            elif s.t - at < SKEW_S and (late is None or s.t < late.t):
+                late = s
+        for slot in (best, late):  # the newest slot made by then, unless its VA was given back
+            if slot is not None and (slot.t_release is None or at < slot.t_release):
+                return slot
+        return None
 
     def verdict(self, address: int, *, page: bool = False, at: float | None = None) -> GuardVerdict | None:
         """The verdict for ``address`` (a byte; with ``page`` its 4 KiB page) at time ``at``."""
@@ -147,6 +156,10 @@ class GuardIndex:
             note = (f"the fault time is {slot.t_free - at:.3f} s before the recorded free; a mapped "
                     "page cannot fault, so the access followed the free (the clocks differ)")
             return dataclasses.replace(late, note=_join(late.note, note))
+        if at is not None and slot.t > at:
+            note = (f"the fault time is {slot.t - at:.3f} s before the recorded allocation: the "
+                    "kernel log's clock and the ledger's differ by that much")
+            return dataclasses.replace(v, note=_join(v.note, note))
         return v
 
 
