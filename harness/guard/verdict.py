@@ -115,14 +115,15 @@ class GuardIndex:
         index.skipped = skipped
         return index
 
-    def slot_at(self, address: int, at: float | None = None) -> GuardSlot | None:
+    def slot_at(self, address: int, at: float | None = None, *, skew: bool = False) -> GuardSlot | None:
         """The slot whose reservation holds ``address`` at time ``at`` (None: the end of the
         ledger, so the newest slot, unless its VA was given back)."""
         if at is None:
             at = float("inf")
         i = bisect.bisect_right(self._starts, address)
         best: GuardSlot | None = None
-        # made just after ``at``: the kernel log's clock and the ledger's may differ by that much
+        # made just after ``at`` (``skew``: ``at`` is a kernel-log time, whose clock and the
+        # ledger's may differ by that much)
         late: GuardSlot | None = None
         while i > 0:
             i -= 1
@@ -134,7 +135,7 @@ class GuardIndex:
             if s.t <= at:
                 if best is None or s.t > best.t:
                     best = s
-            elif s.t - at < SKEW_S and (late is None or s.t < late.t):
+            elif skew and s.t - at < SKEW_S and (late is None or s.t < late.t):
                 late = s
         for slot in (best, late):  # the newest slot made by then, unless its VA was given back
             if slot is not None and (slot.t_release is None or at < slot.t_release):
@@ -145,7 +146,7 @@ class GuardIndex:
         """The verdict for ``address`` (a byte; with ``page`` its 4 KiB page) at time ``at``."""
         if page:
             address -= address % PAGE
-        slot = self.slot_at(address, at)
+        slot = self.slot_at(address, at, skew=page)  # a page is an Xid's: the kernel log's time
         if slot is None:
             return None
         hi = address + (PAGE if page else 1)
