@@ -31,6 +31,15 @@ needs_tmate = pytest.mark.skipif(shutil.which("tmate") is None or shutil.which("
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample user@host\n"
 
 
+@pytest.fixture(autouse=True)
+def plain_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's windows run the tmux server's default shell, $SHELL: the machine's own
+    interactive start-up files (a bash rc running pyenv's init took over 20 s here) are not what
+    these tests check, so the panes run a plain POSIX shell."""
+    monkeypatch.setenv("SHELL", "/bin/sh")
+    monkeypatch.delenv("ENV", raising=False)
+
+
 @pytest.fixture()
 def kit(tmp_path: Path) -> Path:
     project = make_project(tmp_path)
