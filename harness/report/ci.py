@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from faulthunt.report.model import ReportModel, build_model
-from faulthunt.rundir import read_json, write_text_atomic
+from faulthunt.rundir import RunDir, write_text_atomic
 
 
 def check_output_path(path: Path, option: str) -> None:
@@ -44,8 +44,8 @@ def repo_locator(run_dir: Path, env: Mapping[str, str]) -> Callable[[str], tuple
     """
     from faulthunt.report.github import function_line
 
-    info = read_json(run_dir / "run.json", default={}) or {}
-    cwd = Path(str(info.get("cwd") or Path.cwd()))
+    info = RunDir(run_dir).run_info()
+    cwd = Path(info.cwd) if info is not None and info.cwd else Path.cwd()
     workspace = Path(env.get("GITHUB_WORKSPACE") or cwd)
 
     def locate(nodeid: str) -> tuple[str | None, int | None]:
