@@ -15,7 +15,8 @@ import stat
 from collections.abc import Iterator
 from typing import Protocol
 
-from faulthunt.kernlog.parse import MARKER_B, MAX_SIDE, decode_lines, find_lines, parse_line
+from faulthunt.kernlog import parse
+from faulthunt.kernlog.parse import MARKER_B, MAX_SIDE, parse_line
 from faulthunt.records.xid import XidEvent
 
 class Readable(Protocol):
@@ -114,6 +115,7 @@ class StreamScan:
         have = 0  # bytes of buf holding data not yet scanned past
         skipping = False
         eof = False
+        find_text_lines = parse.find_text_lines  # compiled when built, else pure Python
         while not eof:
             want = len(buf) - have
             if self._limit is not None:
@@ -134,9 +136,9 @@ class StreamScan:
                     have = 0  # still inside the over-long line: drop what was read
                     continue
                 start, skipping = nl + 1, False
-            lines, keep, skipping = find_lines(buf, start, have, eof, MARKER_B, b"\n")
+            lines, keep, skipping = find_text_lines(buf, start, have, eof)
             if lines:
-                yield decode_lines(lines)
+                yield lines
             # the unfinished tail moves to the front; _lines needs nothing before it
             buf[:have - keep] = buf[keep:have]
             have -= keep
