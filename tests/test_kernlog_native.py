@@ -7,6 +7,9 @@ every range and every cut length (test_kernlog_stream.py runs its streamed scans
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -57,3 +60,84 @@ def test_compiled_finder_reads_any_buffer_and_decodes_like_python(kind: type) ->
 
 def test_the_module_uses_the_compiled_finder_when_built() -> None:
     assert P.find_text_lines is not P._find_text_lines
+
+
+# --- the compiled reader of the commonest line shapes (parse_lines) ----------------------------------
+# tests/test_kernlog_fastpath.py compares it with parse_line on every line it checks (every capture,
+# every container and device edge, generated lines); here: that it takes the lines it is for, and
+# lines generated on the edges of its own bounds.
+
+DATA = Path(__file__).parent / "data"
+
+
+def _taken(lines: list[str]) -> list[bool]:
+    """Which lines the compiled reader reads itself (the others go to the fallback)."""
+    assert native is not None
+    module = P._native()
+    return [ev != "fallback" for ev in module.parse_lines(lines, lambda line: "fallback")]
+
+
+def test_the_compiled_reader_takes_the_real_dmesg_and_kmsg_lines() -> None:
+    for name in ("h200/dmesg.txt", "h200/kmsg_raw.txt"):
+        lines = [ln for ln in (DATA / name).read_text().splitlines() if P.MARKER in ln]
+        assert lines and all(_taken(lines)), name
+        assert P.parse_lines(lines) == P._parse_lines(lines)
+
+
+def _agree(line: str) -> None:
+    module = P._native()
+    got, want = module.parse_lines([line], P.parse_line)[0], P.parse_line(line)
+    assert got == want, line
+    assert msgspec.json.encode(got) == msgspec.json.encode(want), line
+    assert want == P._parse_line_general(line), line
+
+
+_MMU = ("channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC{g} GPCCLIENT_T1_8 faulted @ 0x{hi}_{lo}. "
+        "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE{end}")
+
+
+@settings(max_examples=500, deadline=None)
+@given(cont=st.sampled_from(["", "[{sp}{n}.{f}] ", "{n},{n},{n},-;", "{n},{n},{n},c,x=1;", "{n},{n},{n},;",
+                             "[{sp}{n}.{f}]  ", "[{sp}{n}] "]),
+       sp=st.sampled_from(["", " ", " " * 19, " " * 20, " " * 21, "\t"]),
+       n=st.sampled_from(["0", "5", "123456789012", "1234567890123", "999999999999999", "1234567890123456",
+                          "12345", "123456", "\u0661"]),
+       f=st.sampled_from(["0", "123456789", "1234567890", ""]),
+       dev=st.sampled_from(["PCI:0000:3b:00", "0000:3B:00", "PCI:00000000:3b:00", "PCI:000000000:3b:00",
+                            "PCI:0000:3b:0", "PCI:0000:3b:000", "PCI:0000:3b:00.0", "PCI:0000:3b:00 GPU-I:05"]),
+       xid=st.sampled_from(["31", "43", "123456", "1234567", "013"]),
+       pid=st.sampled_from(["", "pid=7, ", "pid=1234567890, ", "pid=12345678901, ", "pid='<unknown>', ",
+                            "pid=7,", "pid=, "]),
+       name=st.sampled_from(["", "name=p, ", "name=, ", "name= \x1c a b\x0b , ", "name=<unknown>, ",
+                             "name='<unknown>', ", "name= <unknown> , ", "name=a,b, ", "name=a", "name=a,"]),
+       msg=st.one_of(
+           st.builds(_MMU.format, g=st.sampled_from(["0", "1234", "12345"]),
+                     hi=st.sampled_from(["7f69", "0", "ffffffff", "1ffffff", "123456789"]),
+                     lo=st.sampled_from(["f2000000", "f2000123", "f200000", "0f2000000", "F2000000"]),
+                     end=st.sampled_from(["", " ", " \x1c\t", "\r", " x", "\x85"])),
+           st.sampled_from(["channel 0x0000000b", "Ch 00000001 caused by previous Xid 31", " lead", "",
+                            "Graphics SM Warp Exception on (GPC 1, TPC 4, SM 0): Misaligned Address  ",
+                            "Graphics Exception: ESR 0x5=0x1 0x6=0x2", "pid=3, x", "name=x, y", "x\x1f",
+                            "GPU has fallen off the bus.\r"])),
+       end=st.sampled_from(["", "\r", "\r\r", " \r"]))
+def test_the_compiled_reader_agrees_on_the_edges_of_its_bounds(cont: str, sp: str, n: str, f: str, dev: str, xid: str,
+                                                               pid: str, name: str, msg: str, end: str) -> None:
+    line = cont.format(sp=sp, n=n, f=f) + f"NVRM: Xid ({dev}): {xid}, {pid}{name}{msg}{end}"
+    _agree(line)
+
+
+def test_the_compiled_reader_declines_what_it_does_not_read() -> None:
+    declined = ["[Wed Dec  2 14:42:29 2026] NVRM: Xid (PCI:0000:3b:00): 43, pid=7, name=a, channel 0x0000000b",
+                "NVRM: Xid (PCI:0000:3b:00 GPU-I:05 GPU-CI:01): 43, pid=7, name=a, channel 0x0000000b",
+                "[ 5.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=7, name=\u00e4, channel 0x0000000b",
+                "[ 5.0] NVRM: Xid (PCI:0000:3b:00): 43,  channel"]
+    assert _taken(declined) == [False] * len(declined)
+    for line in declined:
+        _agree(line)
+
+
+def test_parse_lines_keeps_order_and_the_lines_that_do_not_parse() -> None:
+    lines = ["[ 5.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=7, name=a, channel 0x0000000b", "NVRM: Xid (PCI:0",
+             "Dec  2 11:38:47 h kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."]
+    got = P.parse_lines(lines)
+    assert got == P._parse_lines(lines) and got[1] is None and [ev.xid for ev in got if ev] == [43, 79]

@@ -255,9 +255,9 @@ class _Sink:
 
     def add_lines(self, lines: list[str]) -> None:
         """Parse a batch of candidate lines (one chunk of the input) and take their events."""
-        from faulthunt.kernlog.parse import parse_line
+        from faulthunt.kernlog import parse
 
-        events = list(map(parse_line, lines))
+        events = parse.parse_lines(lines)
         if None in events:
             for ev, line in zip(events, lines, strict=True):
                 if ev is None:

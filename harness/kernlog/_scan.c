@@ -122,10 +122,475 @@ lines(PyObject *self, PyObject *args)
     return res;
 }
 
+/* ---- the per-line fast path ------------------------------------------------------------------------
+ *
+ * parse_lines(lines, fallback) -> list: the XidEvent of each line, in order. This C reader takes only
+ * the commonest shapes, a strict subset of parse.py's _FAST_RE: an ASCII line, raw dmesg "[uptime] "
+ * or a /dev/kmsg record "PRI,SEQ,US,FLAGS;" or no container, "NVRM: Xid (" optional "PCI:", the
+ * address, no MIG suffix, "): N, ", optional pid=/name= exactly as _FAST_RE reads them, then the
+ * message: the Xid 31 MMU shape (_MMU_FAST_RE) when it is all there is and decodes to a page,
+ * else any message, decoded by parse._decode_message (called back). Every other line, and any
+ * value over the regex's bounds, goes to fallback(line) (parse.parse_line). What it builds is what
+ * parse_line builds, field by field (tests/test_kernlog_native.py compares the two on every fixture,
+ * every H200 capture and generated lines).
+ */
+
+static PyObject *XidEvent_t, *MmuFault_t, *category_dict, *category_func, *decode_message;
+static unsigned long long va_limit;
+
+#define IS_DIGIT(c) ((c) >= '0' && (c) <= '9')
+#define IS_TOKEN(c) (((c) >= 'A' && (c) <= 'Z') || IS_DIGIT(c) || (c) == '_')
+
+static int
+is_hex(unsigned char c)
+{
+    return IS_DIGIT(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+static int
+hex_val(unsigned char c)
+{
+    return IS_DIGIT(c) ? c - '0' : (c >= 'a' ? c - 'a' + 10 : c - 'A' + 10);
+}
+
+/* Python's whitespace (str.isspace, re's \s) on an ASCII character */
+static int
+is_space(unsigned char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+/* digits at s[*i..] (between lo and hi of them): their value, *i moved past them; -1 if not so */
+static long long
+digits(const unsigned char *s, Py_ssize_t n, Py_ssize_t *i, int lo, int hi)
+{
+    Py_ssize_t j = *i;
+    long long v = 0;
+    while (j < n && IS_DIGIT(s[j]) && j - *i < hi) {
+        v = v * 10 + (s[j] - '0');
+        j++;
+    }
+    if (j - *i < lo || (j < n && IS_DIGIT(s[j])))  /* too few, or more than hi */
+        return -1;
+    *i = j;
+    return v;
+}
+
+static int
+hex_run(const unsigned char *s, Py_ssize_t n, Py_ssize_t i)  /* length of the hex run at s[i] */
+{
+    Py_ssize_t j = i;
+    while (j < n && is_hex(s[j]))
+        j++;
+    return (int)(j - i);
+}
+
+static int
+token_run(const unsigned char *s, Py_ssize_t n, Py_ssize_t i)  /* length of the [A-Z0-9_] run at s[i] */
+{
+    Py_ssize_t j = i;
+    while (j < n && IS_TOKEN(s[j]))
+        j++;
+    return (int)(j - i);
+}
+
+static int
+starts(const unsigned char *s, Py_ssize_t n, Py_ssize_t i, const char *lit)
+{
+    size_t k = strlen(lit);
+    return i + (Py_ssize_t)k <= n && memcmp(s + i, lit, k) == 0;
+}
+
+/* a token "GPC<1-4 digits>" of length len at s[i] */
+static int
+is_gpc(const unsigned char *s, Py_ssize_t i, int len)
+{
+    if (len < 4 || len > 7 || memcmp(s + i, "GPC", 3) != 0)
+        return 0;
+    for (int k = 3; k < len; k++)
+        if (!IS_DIGIT(s[i + k]))
+            return 0;
+    return 1;
+}
+
+typedef struct {
+    Py_ssize_t ch, engine, engine_len, gpc, gpc_len, client, client_len, addr, addr_len, ft, ft_len, at, at_len, end;
+    unsigned long long address;
+    unsigned long channel;
+} mmu_shape;
+
+/* _MMU_FAST_RE at s[i..], up to trailing whitespace, decodable as a page (parse_line's direct case).
+ * 1 when it is; 0 when the line is to be read the general way (which gives the same record). */
+static int
+read_mmu(const unsigned char *s, Py_ssize_t n, Py_ssize_t i, mmu_shape *m)
+{
+    if (starts(s, n, i, "channel 0x"))
+        i += 10;
+    else if (starts(s, n, i, "Ch "))
+        i += 3;
+    else
+        return 0;
+    if (hex_run(s, n, i) != 8)
+        return 0;
+    m->ch = i;
+    m->channel = 0;
+    for (int k = 0; k < 8; k++)
+        m->channel = m->channel << 4 | (unsigned long)hex_val(s[i + k]);
+    i += 8;
+    if (!starts(s, n, i, ", intr ") || hex_run(s, n, i + 7) != 8)
+        return 0;
+    i += 15;
+    if (!starts(s, n, i, ". MMU Fault: ENGINE "))
+        return 0;
+    i += 20;
+    int len = token_run(s, n, i);
+    if (len < 1 || len > 64 || i + len >= n || s[i + len] != ' ')
+        return 0;
+    m->engine = i, m->engine_len = len;
+    i += len + 1;
+    len = token_run(s, n, i);
+    m->gpc = -1, m->gpc_len = 0;
+    if (i + len < n && s[i + len] == ' ' && is_gpc(s, i, len)) {
+        m->gpc = i + 3, m->gpc_len = len - 3;
+        i += len + 1;
+        len = token_run(s, n, i);
+        if (i + len < n && s[i + len] == ' ' && is_gpc(s, i, len))
+            return 0;  /* a client that is itself GPC<n>: the regex refuses it */
+    }
+    if (len < 1 || len > 64)
+        return 0;
+    m->client = i, m->client_len = len;
+    i += len;
+    if (!starts(s, n, i, " faulted @ 0x"))
+        return 0;
+    m->addr = i + 11;
+    i += 13;
+    int hi = hex_run(s, n, i);
+    if (hi < 1 || hi > 8 || i + hi >= n || s[i + hi] != '_')  /* over 8 digits: not a page (general way) */
+        return 0;
+    unsigned long long address = 0;
+    for (int k = 0; k < hi; k++)
+        address = address << 4 | (unsigned)hex_val(s[i + k]);
+    i += hi + 1;
+    if (hex_run(s, n, i) != 8)  /* the page case has 8 low digits; any other is read the general way */
+        return 0;
+    for (int k = 0; k < 8; k++)
+        address = address << 4 | (unsigned)hex_val(s[i + k]);
+    i += 8;
+    m->addr_len = i - m->addr;
+    if (address >= va_limit || (address & 0xFFF))
+        return 0;
+    m->address = address;
+    if (!starts(s, n, i, ". Fault is of type "))
+        return 0;
+    i += 19;
+    len = token_run(s, n, i);
+    if (len < 1 || len > 64 || i + len >= n || s[i + len] != ' ')
+        return 0;
+    m->ft = i, m->ft_len = len;
+    i += len + 1;
+    len = token_run(s, n, i);
+    if (len < 1 || len > 64)
+        return 0;
+    m->at = i, m->at_len = len;
+    i += len;
+    m->end = i;
+    for (Py_ssize_t j = i; j < n; j++)
+        if (!is_space(s[j]))
+            return 0;
+    if (memmem(s + m->ch, (size_t)(i - m->ch), "UNRECOGNIZED", 12) != NULL)
+        return 0;
+    return 1;
+}
+
+static PyObject *
+ascii_str(const unsigned char *s, Py_ssize_t start, Py_ssize_t len)
+{
+    return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, s + start, len);
+}
+
+static PyObject *
+category_of(PyObject *xid)
+{
+    PyObject *c = PyDict_GetItemWithError(category_dict, xid);
+    if (c != NULL) {
+        Py_INCREF(c);
+        return c;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    return PyObject_CallOneArg(category_func, xid);
+}
+
+static PyObject *
+long_or_none(long long v)
+{
+    if (v < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(v);
+}
+
+/* The event of one line, or NULL with *handled 0 when the line is not one of the shapes taken here. */
+static PyObject *
+fast_event(PyObject *line, int *handled)
+{
+    *handled = 0;
+    if (!PyUnicode_Check(line) || !PyUnicode_IS_ASCII(line))
+        return NULL;
+    const unsigned char *s = PyUnicode_1BYTE_DATA(line);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(line), i = 0;
+    double ts = 0.0;
+    int has_ts = 0;
+    long long seq = -1, level = -1;
+    if (n > 0 && s[0] == '[') {  /* dmesg: "[ {0,20}\d{1,12}\.\d{1,9}\] " */
+        i = 1;
+        while (i < n && s[i] == ' ' && i <= 20)
+            i++;
+        Py_ssize_t t0 = i;
+        if (digits(s, n, &i, 1, 12) < 0 || i >= n || s[i] != '.')
+            return NULL;
+        i++;
+        Py_ssize_t frac = i;
+        while (i < n && IS_DIGIT(s[i]) && i - frac < 9)
+            i++;
+        if (i == frac || i + 1 >= n || s[i] != ']' || s[i + 1] != ' ')
+            return NULL;
+        char num[32];
+        memcpy(num, s + t0, (size_t)(i - t0));
+        num[i - t0] = '\0';
+        ts = PyOS_string_to_double(num, NULL, NULL);
+        if (ts == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return NULL;
+        }
+        has_ts = 1;
+        i += 2;
+    }
+    else if (n > 0 && IS_DIGIT(s[0])) {  /* /dev/kmsg: "PRI,SEQ,US,FLAGS;" (values read here up to 15 digits) */
+        long long pri = digits(s, n, &i, 1, 5);
+        if (pri < 0 || i >= n || s[i++] != ',')
+            return NULL;
+        seq = digits(s, n, &i, 1, 15);
+        if (seq < 0 || i >= n || s[i++] != ',')
+            return NULL;
+        long long us = digits(s, n, &i, 1, 15);
+        if (us < 0 || i >= n || s[i++] != ',')
+            return NULL;
+        Py_ssize_t f = i;
+        while (i < n && s[i] != ';' && s[i] != ',' && i - f < 4)
+            i++;
+        if (i >= n || s[i] != ';')
+            return NULL;
+        i++;
+        ts = (double)us / 1e6;
+        has_ts = 1;
+        level = pri & 7;
+    }
+    if (!starts(s, n, i, "NVRM: Xid ("))
+        return NULL;
+    i += 11;
+    if (starts(s, n, i, "PCI:"))
+        i += 4;
+    Py_ssize_t pci = i;
+    int h = hex_run(s, n, i);
+    if (h < 1 || h > 8 || i + h >= n || s[i + h] != ':')
+        return NULL;
+    i += h + 1;
+    if (hex_run(s, n, i) < 2 || i + 2 >= n || s[i + 2] != ':')
+        return NULL;
+    i += 3;
+    if (hex_run(s, n, i) < 2 || !starts(s, n, i + 2, "): "))  /* MIG, a function: the general way */
+        return NULL;
+    Py_ssize_t pci_len = i + 2 - pci;
+    i += 5;
+    long long xid = digits(s, n, &i, 1, 6);
+    if (xid < 0 || !starts(s, n, i, ", "))
+        return NULL;
+    i += 2;
+    long long pid = -1;
+    if (starts(s, n, i, "pid=")) {
+        i += 4;
+        if (starts(s, n, i, "'<unknown>'"))
+            i += 11;
+        else if ((pid = digits(s, n, &i, 1, 10)) < 0)
+            return NULL;
+        if (!starts(s, n, i, ", "))
+            return NULL;
+        i += 2;
+    }
+    Py_ssize_t name = -1, name_len = 0;
+    if (starts(s, n, i, "name=")) {
+        i += 5;
+        const unsigned char *comma = memchr(s + i, ',', (size_t)(n - i));
+        if (comma == NULL || comma + 1 >= s + n || comma[1] != ' ')
+            return NULL;
+        name = i;
+        name_len = comma - (s + i);
+        i += name_len + 2;
+        while (name_len > 0 && is_space(s[name])) /* str.strip() */
+            name++, name_len--;
+        while (name_len > 0 && is_space(s[name + name_len - 1]))
+            name_len--;
+    }
+    if (i >= n || is_space(s[i]) || starts(s, n, i, "pid=") || starts(s, n, i, "name="))
+        return NULL;
+
+    /* from here on the line is taken */
+    *handled = 1;
+    PyObject *a[17] = {NULL};
+    PyObject *ret = NULL, *decoded = NULL;
+    mmu_shape m;
+    if (!(a[0] = PyLong_FromLongLong(xid)) || !(a[1] = ascii_str(s, pci, pci_len)))
+        goto done;
+    PyUnicode_InternInPlace(&a[1]);
+    a[2] = Py_NewRef(Py_None);
+    a[3] = Py_NewRef(Py_None);
+    if (!(a[4] = long_or_none(pid)))
+        goto done;
+    if (name < 0 || name_len == 0 || (name_len == 9 && memcmp(s + name, "<unknown>", 9) == 0)
+            || (name_len == 11 && memcmp(s + name, "'<unknown>'", 11) == 0))
+        a[5] = Py_NewRef(Py_None);
+    else {
+        if (!(a[5] = ascii_str(s, name, name_len)))
+            goto done;
+        PyUnicode_InternInPlace(&a[5]);
+    }
+    if (!(a[7] = category_of(a[0])))
+        goto done;
+    if (read_mmu(s, n, i, &m)) {
+        if (!(a[6] = ascii_str(s, i, m.end - i)))
+            goto done;
+        PyObject *f[9] = {NULL};
+        int ok = (f[0] = PyLong_FromUnsignedLongLong(m.address)) && (f[1] = ascii_str(s, m.engine, m.engine_len));
+        if (ok) {
+            if (m.gpc < 0)
+                f[2] = Py_NewRef(Py_None);
+            else {
+                Py_ssize_t g = m.gpc;
+                f[2] = PyLong_FromLongLong(digits(s, n, &g, 1, 4));
+            }
+        }
+        ok = ok && f[2] && (f[3] = ascii_str(s, m.client, m.client_len)) && (f[4] = ascii_str(s, m.ft, m.ft_len))
+             && (f[5] = ascii_str(s, m.at, m.at_len)) && (f[7] = ascii_str(s, m.addr, m.addr_len));
+        if (ok) {
+            f[6] = Py_NewRef(Py_True);
+            f[8] = Py_NewRef(Py_None);
+            a[8] = PyObject_Vectorcall(MmuFault_t, f, 9, NULL);
+        }
+        for (int k = 0; k < 9; k++)
+            Py_XDECREF(f[k]);
+        if (a[8] == NULL)
+            goto done;
+        a[9] = Py_NewRef(Py_None);
+        if (!(a[10] = PyLong_FromUnsignedLong(m.channel)))
+            goto done;
+        a[11] = Py_NewRef(Py_None);
+    }
+    else {
+        Py_ssize_t e = n;
+        while (e > i && is_space(s[e - 1]))  /* str.rstrip() */
+            e--;
+        if (!(a[6] = ascii_str(s, i, e - i)))
+            goto done;
+        decoded = PyObject_CallOneArg(decode_message, a[6]);
+        if (decoded == NULL)
+            goto done;
+        if (!PyTuple_Check(decoded) || PyTuple_GET_SIZE(decoded) != 4) {
+            PyErr_SetString(PyExc_TypeError, "_decode_message must return a 4-tuple");
+            goto done;
+        }
+        a[8] = Py_NewRef(PyTuple_GET_ITEM(decoded, 0));   /* mmu */
+        a[11] = Py_NewRef(PyTuple_GET_ITEM(decoded, 1));  /* gr */
+        a[9] = Py_NewRef(PyTuple_GET_ITEM(decoded, 2));   /* caused_by */
+        a[10] = Py_NewRef(PyTuple_GET_ITEM(decoded, 3));  /* channel */
+    }
+    if (!(a[12] = long_or_none(seq)))
+        goto done;
+    if (!(a[13] = has_ts ? PyFloat_FromDouble(ts) : Py_NewRef(Py_None)))
+        goto done;
+    a[14] = Py_NewRef(Py_None);
+    if (!(a[15] = long_or_none(level)))
+        goto done;
+    Py_ssize_t r = n;
+    while (r > 0 && (s[r - 1] == '\r' || s[r - 1] == '\n'))  /* line.rstrip("\r\n") */
+        r--;
+    if (r == n)
+        a[16] = Py_NewRef(line);
+    else if (!(a[16] = ascii_str(s, 0, r)))
+        goto done;
+    ret = PyObject_Vectorcall(XidEvent_t, a, 17, NULL);
+done:
+    for (int k = 0; k < 17; k++)
+        Py_XDECREF(a[k]);
+    Py_XDECREF(decoded);
+    return ret;
+}
+
+static PyObject *
+parse_lines(PyObject *self, PyObject *args)
+{
+    PyObject *lines, *fallback;
+    if (!PyArg_ParseTuple(args, "OO:parse_lines", &lines, &fallback))
+        return NULL;
+    if (XidEvent_t == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "parse_lines: configure() first");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(lines, "parse_lines: lines must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *line = PySequence_Fast_GET_ITEM(seq, k);
+        int handled;
+        PyObject *ev = fast_event(line, &handled);
+        if (!handled)
+            ev = PyObject_CallOneArg(fallback, line);
+        if (ev == NULL) {
+            Py_DECREF(out);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, ev);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyObject *
+configure(PyObject *self, PyObject *args)
+{
+    PyObject *xe, *mf, *cd, *cf, *dm;
+    int bits;
+    if (!PyArg_ParseTuple(args, "OOO!OOi:configure", &xe, &mf, &PyDict_Type, &cd, &cf, &dm, &bits))
+        return NULL;
+    if (bits < 1 || bits > 63) {
+        PyErr_SetString(PyExc_ValueError, "configure: bits out of range");
+        return NULL;
+    }
+    Py_XSETREF(XidEvent_t, Py_NewRef(xe));
+    Py_XSETREF(MmuFault_t, Py_NewRef(mf));
+    Py_XSETREF(category_dict, Py_NewRef(cd));
+    Py_XSETREF(category_func, Py_NewRef(cf));
+    Py_XSETREF(decode_message, Py_NewRef(dm));
+    va_limit = 1ULL << bits;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"lines", lines, METH_VARARGS,
      "lines(buf, pos, end, final, marker, max_side) -> (list[str], keep, skipping): "
      "faulthunt.kernlog.parse.find_lines on bytes, the lines decoded (UTF-8, errors replaced)"},
+    {"parse_lines", parse_lines, METH_VARARGS,
+     "parse_lines(lines, fallback) -> list: parse.parse_line of each line; the common shapes read here, "
+     "every other line by fallback(line)"},
+    {"configure", configure, METH_VARARGS,
+     "configure(XidEvent, MmuFault, category_dict, category_func, decode_message, va_bits)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,8 +1,8 @@
 """Reading a kernel log from a stream (a file, a pipe) in bounded memory, for the parser.
 
 :class:`StreamScan` is the I/O edge of :mod:`faulthunt.kernlog.parse`: it reads chunks, finds the
-candidate lines with :func:`~faulthunt.kernlog.parse.find_lines` (the routine ``scan_text`` and
-``scan_bytes`` use) and hands each to :func:`~faulthunt.kernlog.parse.parse_line`, so a streamed
+candidate lines with :func:`~faulthunt.kernlog.parse.find_text_lines` (the routine ``scan_bytes`` uses)
+and hands them to :func:`~faulthunt.kernlog.parse.parse_lines`, so a streamed
 scan gives exactly the events of a whole-buffer scan (tests/test_kernlog_stream.py).
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from faulthunt.kernlog import parse
-from faulthunt.kernlog.parse import MARKER_B, MAX_SIDE, parse_line
+from faulthunt.kernlog.parse import MARKER_B, MAX_SIDE
 from faulthunt.records.xid import XidEvent
 
 class Readable(Protocol):
@@ -100,8 +100,7 @@ class StreamScan:
 
     def __iter__(self) -> Iterator[tuple[XidEvent | None, str]]:
         for lines in self.batches():
-            for line in lines:
-                yield parse_line(line), line
+            yield from zip(parse.parse_lines(lines), lines)
 
     def batches(self) -> Iterator[list[str]]:
         """The candidate lines (decoded, not yet parsed), a list per chunk read, in input order.
