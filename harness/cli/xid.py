@@ -148,11 +148,18 @@ def _write_rows(events: list[XidEvent], out: IO[str], width: int) -> None:
     """The table's rows: cells padded to their column's width, each line cut to ``width`` with "...".
 
     A big log's table has tens of thousands of rows, so it is built column by column and laid out
-    by one %-format applied in C; only the detail column is made per event in Python.
+    by one %-format applied in C; only the detail column is made per event in Python. Where the
+    compiled module is built, it lays out the same text (tests/test_xid_table.py holds the two equal).
     """
     from faulthunt.kernlog.catalog import classify
+    from faulthunt.kernlog.parse import native_table
 
     titles = {xid: classify(xid).title for xid in {ev.xid for ev in events}}
+    if native_table is not None:  # the same text laid out in C (kernlog/_scan.c), None when it declines
+        text = native_table(list(events), titles, list(map(_detail, events)), width)
+        if text is not None:
+            out.write(text)
+            return
     columns = [
         ["time", *("%.6f" % ev.ts if ev.ts is not None else ev.wall or "-" for ev in events)],
         ["xid", *(str(ev.xid) for ev in events)],

@@ -582,6 +582,184 @@ configure(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- the table's rows ---------------------------------------------------------------------------------
+ *
+ * table(events, titles, details, width) -> str | None: what cli/xid.py's _write_rows writes for these
+ * events (the header and one row per event: time, xid, gpu, pid, process, category padded to their
+ * column's width, two spaces apart, then the detail, cut to the room a `width` line has left with
+ * "..."), in one string; lengths in code points, as Python's %-format counts them. None (the caller
+ * then lays the table out in Python) for anything off the usual types or a width leaving no room.
+ */
+
+static PyObject *s_ts, *s_wall, *s_xid, *s_pci, *s_pid, *s_process, *s_dash;
+#define NCOLS 7
+
+/* a str (new reference) or NULL without an error: not a type this reader lays out */
+static PyObject *
+str_or_dash(PyObject *v)  /* `v or "-"` for a str or None */
+{
+    if (v == Py_None || (PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) == 0))
+        return Py_NewRef(s_dash);
+    return PyUnicode_CheckExact(v) ? Py_NewRef(v) : NULL;
+}
+
+static PyObject *
+cell(PyObject *ev, int col, PyObject *titles)
+{
+    PyObject *v, *r = NULL;
+    switch (col) {
+    case 0:
+        if (!(v = PyObject_GetAttr(ev, s_ts)))
+            return NULL;
+        if (PyFloat_CheckExact(v)) {
+            char *text = PyOS_double_to_string(PyFloat_AS_DOUBLE(v), 'f', 6, 0, NULL);
+            if (text != NULL) {
+                r = PyUnicode_FromString(text);
+                PyMem_Free(text);
+            }
+        }
+        else if (v == Py_None) {
+            PyObject *w = PyObject_GetAttr(ev, s_wall);
+            if (w != NULL) {
+                r = str_or_dash(w);
+                Py_DECREF(w);
+            }
+        }
+        Py_DECREF(v);
+        return r;
+    case 1:
+    case 5:
+        if (!(v = PyObject_GetAttr(ev, s_xid)))
+            return NULL;
+        if (PyLong_CheckExact(v)) {
+            if (col == 1)
+                r = PyObject_Str(v);
+            else {
+                r = PyDict_GetItemWithError(titles, v);
+                r = r != NULL && PyUnicode_CheckExact(r) ? Py_NewRef(r) : NULL;
+            }
+        }
+        Py_DECREF(v);
+        return r;
+    case 2:
+    case 4:
+        if (!(v = PyObject_GetAttr(ev, col == 2 ? s_pci : s_process)))
+            return NULL;
+        r = str_or_dash(v);
+        Py_DECREF(v);
+        return r;
+    case 3:
+        if (!(v = PyObject_GetAttr(ev, s_pid)))
+            return NULL;
+        r = v == Py_None ? Py_NewRef(s_dash) : PyLong_CheckExact(v) ? PyObject_Str(v) : NULL;
+        Py_DECREF(v);
+        return r;
+    }
+    return NULL;
+}
+
+static PyObject *
+table(PyObject *self, PyObject *args)
+{
+    static const char *heads[NCOLS] = {"time", "xid", "gpu", "pid", "process", "category", "detail"};
+    PyObject *events, *titles, *details;
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "O!O!O!n:table", &PyList_Type, &events, &PyDict_Type, &titles, &PyList_Type,
+                          &details, &width))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(events) + 1;  /* the header first */
+    if (PyList_GET_SIZE(details) != n - 1) {
+        PyErr_SetString(PyExc_ValueError, "table: one detail per event");
+        return NULL;
+    }
+    PyObject **cells = PyMem_Calloc((size_t)(n * NCOLS), sizeof(PyObject *));
+    if (cells == NULL)
+        return PyErr_NoMemory();
+    PyObject *ret = NULL;
+    Py_ssize_t widths[NCOLS] = {0}, total = 0;
+    Py_UCS4 maxchar = 127;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        PyObject *ev = r ? PyList_GET_ITEM(events, r - 1) : NULL;
+        for (int c = 0; c < NCOLS; c++) {
+            PyObject *v;
+            if (r == 0)
+                v = PyUnicode_FromString(heads[c]);
+            else if (c == NCOLS - 1) {
+                v = PyList_GET_ITEM(details, r - 1);
+                v = PyUnicode_CheckExact(v) ? Py_NewRef(v) : NULL;
+            }
+            else
+                v = cell(ev, c, titles);
+            if (v == NULL)
+                goto fallback;
+            cells[r * NCOLS + c] = v;
+            if (c < NCOLS - 1 && PyUnicode_GET_LENGTH(v) > widths[c])
+                widths[c] = PyUnicode_GET_LENGTH(v);
+        }
+    }
+    Py_ssize_t room = width;
+    for (int c = 0; c < NCOLS - 1; c++)
+        room -= widths[c] + 2;
+    if (room < 3)
+        goto fallback;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        PyObject **row = cells + r * NCOLS;
+        PyObject *d = row[NCOLS - 1];
+        if (PyUnicode_GET_LENGTH(d) > room) {  /* d[:room - 3] + "..." */
+            PyObject *cut = PyUnicode_Substring(d, 0, room - 3), *dots = cut ? PyUnicode_FromString("...") : NULL;
+            PyObject *both = dots ? PyUnicode_Concat(cut, dots) : NULL;
+            Py_XDECREF(cut);
+            Py_XDECREF(dots);
+            if (both == NULL)
+                goto fail;
+            Py_SETREF(row[NCOLS - 1], both);
+            d = both;
+        }
+        total += PyUnicode_GET_LENGTH(d) + 1;
+        for (int c = 0; c < NCOLS; c++) {
+            Py_UCS4 m = PyUnicode_MAX_CHAR_VALUE(row[c]);
+            if (m > maxchar)
+                maxchar = m;
+        }
+    }
+    for (int c = 0; c < NCOLS - 1; c++)
+        total += (widths[c] + 2) * n;
+    ret = PyUnicode_New(total, maxchar);
+    if (ret == NULL)
+        goto fail;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        PyObject **row = cells + r * NCOLS;
+        for (int c = 0; c < NCOLS; c++) {
+            Py_ssize_t len = PyUnicode_GET_LENGTH(row[c]);
+            if (len && PyUnicode_CopyCharacters(ret, at, row[c], 0, len) < 0)
+                goto fail;
+            at += len;
+            if (c < NCOLS - 1) {
+                Py_ssize_t pad = widths[c] - len + 2;
+                if (PyUnicode_Fill(ret, at, pad, ' ') < 0)
+                    goto fail;
+                at += pad;
+            }
+        }
+        if (PyUnicode_WriteChar(ret, at++, '\n') < 0)
+            goto fail;
+    }
+    goto done;
+fallback:
+    if (PyErr_Occurred())
+        goto fail;
+    ret = Py_NewRef(Py_None);
+    goto done;
+fail:
+    Py_CLEAR(ret);
+done:
+    for (Py_ssize_t k = 0; k < n * NCOLS; k++)
+        Py_XDECREF(cells[k]);
+    PyMem_Free(cells);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"lines", lines, METH_VARARGS,
      "lines(buf, pos, end, final, marker, max_side) -> (list[str], keep, skipping): "
@@ -589,6 +767,8 @@ static PyMethodDef methods[] = {
     {"parse_lines", parse_lines, METH_VARARGS,
      "parse_lines(lines, fallback) -> list: parse.parse_line of each line; the common shapes read here, "
      "every other line by fallback(line)"},
+    {"table", table, METH_VARARGS,
+     "table(events, titles, details, width) -> str | None: the rows cli/xid.py's _write_rows writes, or None"},
     {"configure", configure, METH_VARARGS,
      "configure(XidEvent, MmuFault, category_dict, category_func, decode_message, va_bits)"},
     {NULL, NULL, 0, NULL},
@@ -603,5 +783,10 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__scan(void)
 {
+    if (!(s_ts = PyUnicode_InternFromString("ts")) || !(s_wall = PyUnicode_InternFromString("wall"))
+            || !(s_xid = PyUnicode_InternFromString("xid")) || !(s_pci = PyUnicode_InternFromString("pci"))
+            || !(s_pid = PyUnicode_InternFromString("pid")) || !(s_process = PyUnicode_InternFromString("process"))
+            || !(s_dash = PyUnicode_InternFromString("-")))
+        return NULL;
     return PyModule_Create(&module);
 }
