@@ -391,7 +391,7 @@ def _parse_body(report: str, general: bool = False) -> _Body | None:
 # gives (upper-case tokens cannot spell "Graphics" or "caused by"; a client that is itself
 # GPC<n> is refused, decode_mmu reads that as a GPC with no client); anything else takes the
 # general path. tests/test_kernlog_fastpath.py checks the two agree.
-_MMU_FAST_RE = re.compile(
+_MMU_FAST_RE = _Lazy(
     r"(?:channel 0x|Ch )(?P<ch>[0-9A-Fa-f]{8}), intr [0-9A-Fa-f]{8}\. MMU Fault: ENGINE (?P<engine>[A-Z0-9_]{1,64}) "
     r"(?:GPC(?P<gpc>[0-9]{1,4}) )?(?!GPC[0-9]{1,4} )(?P<client>[A-Z0-9_]{1,64}) "
     r"faulted @ (?P<addr>0x(?P<hi>[0-9A-Fa-f]{1,16})_(?P<lo>[0-9A-Fa-f]{1,16}))\. "
@@ -445,7 +445,7 @@ def _decode_message_general(message: str) -> tuple[MmuFault | None, GrException 
 # next, and no two alternatives can match the same text. The (?!pid=|name=) guard stops the regex
 # from skipping a pid/name it cannot read and calling it the message. DOTALL: the general path
 # keeps a line's inner "\n" in the message, so must this.
-_FAST_RE = re.compile(
+_FAST_RE = _Lazy(
     r"(?:(?P<pri>\d{1,5}),(?P<seq>\d{1,20}),(?P<us>\d{1,20}),[^;,]{0,4};|"           # /dev/kmsg record
     r"\[(?P<wall>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\] |"   # dmesg -T
     r"(?P<iso>" + _ISO_TIME + ") |"                                                 # dmesg --time-format iso
@@ -463,7 +463,8 @@ _FAST_RE = re.compile(
     r"(?:(?P<mmu>" + _MMU_FAST_RE.pattern.replace("?P<", "?P<m_") + r")(?=\s*\Z)|(?P<msg>\S.*))",
     re.DOTALL,
 )
-_fast_match = _FAST_RE.match
+# (compiled when first used: where the compiled reader of kernlog/_scan.c takes every line of a log,
+# as on raw dmesg and /dev/kmsg, the process never needs it)
 _UNKNOWN_NAMES = frozenset(("", "<unknown>", "'<unknown>'"))
 #: Xid number -> catalog category, filled as numbers are met (a dict lookup is cheaper than a call
 #: of the cached classify() on every line)
@@ -505,7 +506,7 @@ def parse_line(line: str) -> XidEvent | None:
     Never raises on any ``str``: containers it does not know are ignored (the event then has no
     ``ts``/``wall``), and a line cut before its Xid number gives None.
     """
-    m = _fast_match(line)
+    m = _FAST_RE.match(line)
     if m is None:
         return _parse_general(line, cached=True)
     # The fast pre-filter read the whole line in one match; these are the fields the general
