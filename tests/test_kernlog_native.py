@@ -77,8 +77,9 @@ def _taken(lines: list[str]) -> list[bool]:
     return [ev != "fallback" for ev in module.parse_lines(lines, lambda line: "fallback")]
 
 
-def test_the_compiled_reader_takes_the_real_dmesg_and_kmsg_lines() -> None:
-    for name in ("h200/dmesg.txt", "h200/kmsg_raw.txt"):
+def test_the_compiled_reader_takes_the_real_dmesg_kmsg_and_journal_lines() -> None:
+    for name in ("h200/dmesg.txt", "h200/kmsg_raw.txt", "h200/dmesg_T.txt", "h200/dmesg_iso.txt",
+                 "kernlog/era_418_nopid_syslog.log"):
         lines = [ln for ln in (DATA / name).read_text().splitlines() if P.MARKER in ln]
         assert lines and all(_taken(lines)), name
         assert P.parse_lines(lines) == P._parse_lines(lines)
@@ -92,13 +93,26 @@ def _agree(line: str) -> None:
     assert want == P._parse_line_general(line), line
 
 
+#: the wall-clock containers on and off their bounds (dmesg -T, --time-format iso, syslog/journalctl)
+_WALLS = [
+    "[Wed Dec  2 14:42:29 2026] ", "[Wed Dec 12 14:42:29 2026] ", "[wed Dec  2 14:42:29 2026] ",
+    "[Wed Dec  2 14:42:29 2026]  ", "[Wed Dec  2 14:42:29 20261] ", "[Wed Dec  2 14:42:29 2026]",
+    "2026-12-02T14:42:29,250180+00:00 ", "2026-12-02 14:42:29 ", "2026-12-02T14:42:29.{f}Z ",
+    "2026-12-02T14:42:29+0100 ", "2026-12-02T14:42:29+01:0 ", "2026-12-02T14:42:29+01:000 ", "2026-12-02T14:42:29. ",
+    "2026-12-02T14:42:29-01 ", "20261-12-02T14:42:29 ", "2026-12-02X14:42:29 ",
+    "Dec  2 11:38:47 worker4 kernel: [{sp}{n}.{f}] ", "Dec 12 11:38:47.{f} h kernel: ", "Dec   2 11:38:47 h kernel: ",
+    "dec  2 11:38:47 h kernel: ", "Dec  2 11:38:47 " + "h" * 64 + " kernel: ", "Dec  2 11:38:47 " + "h" * 65 + " kernel: ",
+    "Dec  2 11:38:47 h[1] kernel: ", "Dec  2 11:38:47 h kernel: [Wed Dec  2 14:42:29 2026] ", "Dec 123 11:38:47 h kernel: ",
+    "Dec  2 11:38:47 h kernel:  ", "Dec  2 11:38:47 a kernel: kernel: ", "Dec  2 1:38:47 h kernel: ", "De  2 11:38:47 h kernel: ",
+]
+
 _MMU = ("channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC{g} GPCCLIENT_T1_8 faulted @ 0x{hi}_{lo}. "
         "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE{end}")
 
 
 @settings(max_examples=500, deadline=None)
 @given(cont=st.sampled_from(["", "[{sp}{n}.{f}] ", "{n},{n},{n},-;", "{n},{n},{n},c,x=1;", "{n},{n},{n},;",
-                             "[{sp}{n}.{f}]  ", "[{sp}{n}] "]),
+                             "[{sp}{n}.{f}]  ", "[{sp}{n}] ", *_WALLS]),
        sp=st.sampled_from(["", " ", " " * 19, " " * 20, " " * 21, "\t"]),
        n=st.sampled_from(["0", "5", "123456789012", "1234567890123", "999999999999999", "1234567890123456",
                           "12345", "123456", "\u0661"]),
@@ -127,7 +141,8 @@ def test_the_compiled_reader_agrees_on_the_edges_of_its_bounds(cont: str, sp: st
 
 
 def test_the_compiled_reader_declines_what_it_does_not_read() -> None:
-    declined = ["[Wed Dec  2 14:42:29 2026] NVRM: Xid (PCI:0000:3b:00): 43, pid=7, name=a, channel 0x0000000b",
+    declined = ["kern  :warn  : [ 5.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=7, name=a, channel 0x0000000b",
+                "<4>[ 5.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=7, name=a, channel 0x0000000b",
                 "NVRM: Xid (PCI:0000:3b:00 GPU-I:05 GPU-CI:01): 43, pid=7, name=a, channel 0x0000000b",
                 "[ 5.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=7, name=\u00e4, channel 0x0000000b",
                 "[ 5.0] NVRM: Xid (PCI:0000:3b:00): 43,  channel"]

@@ -250,6 +250,138 @@ is_gpc(const unsigned char *s, Py_ssize_t i, int len)
     return 1;
 }
 
+#define IS_ALPHA(c) (((c) >= 'A' && (c) <= 'Z') || ((c) >= 'a' && (c) <= 'z'))
+#define IS_LOWER(c) ((c) >= 'a' && (c) <= 'z')
+#define IS_UPPER(c) ((c) >= 'A' && (c) <= 'Z')
+
+/* "[ {0,20}\d{1,12}\.\d{1,9}\] " at s[*i]: its time, *i moved past it; 0 if not so */
+static int
+read_uptime(const unsigned char *s, Py_ssize_t n, Py_ssize_t *pi, double *ts)
+{
+    Py_ssize_t i = *pi + 1, sp = i;
+    while (i < n && s[i] == ' ' && i - sp < 20)
+        i++;
+    Py_ssize_t t0 = i;
+    if (digits(s, n, &i, 1, 12) < 0 || i >= n || s[i] != '.')
+        return 0;
+    i++;
+    Py_ssize_t frac = i;
+    while (i < n && IS_DIGIT(s[i]) && i - frac < 9)
+        i++;
+    if (i == frac || i + 1 >= n || s[i] != ']' || s[i + 1] != ' ')
+        return 0;
+    char num[32];
+    memcpy(num, s + t0, (size_t)(i - t0));
+    num[i - t0] = '\0';
+    double v = PyOS_string_to_double(num, NULL, NULL);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *ts = v;
+    *pi = i + 2;
+    return 1;
+}
+
+/* characters of s[i..] against a shape: 'A' [A-Z], 'a' [a-z], '9' a digit, '_' a space or digit,
+ * anything else itself */
+static int
+shaped(const unsigned char *s, Py_ssize_t n, Py_ssize_t i, const char *shape)
+{
+    for (; *shape; shape++, i++) {
+        if (i >= n)
+            return 0;
+        unsigned char c = s[i];
+        switch (*shape) {
+        case 'A': if (!IS_UPPER(c)) return 0; break;
+        case 'a': if (!IS_LOWER(c)) return 0; break;
+        case '9': if (!IS_DIGIT(c)) return 0; break;
+        case '_': if (c != ' ' && !IS_DIGIT(c)) return 0; break;
+        default: if (c != (unsigned char)*shape) return 0;
+        }
+    }
+    return 1;
+}
+
+/* dmesg -T: "\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\] " */
+static int
+read_ctime(const unsigned char *s, Py_ssize_t n, Py_ssize_t *pi)
+{
+    if (!shaped(s, n, 0, "[Aaa Aaa _9 99:99:99 9999] "))
+        return 0;
+    *pi = 27;
+    return 1;
+}
+
+/* dmesg --time-format iso, then a space: \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)? */
+static int
+read_iso(const unsigned char *s, Py_ssize_t n, Py_ssize_t *pi)
+{
+    if (!shaped(s, n, 0, "9999-99-99") || n < 11 || (s[10] != 'T' && s[10] != ' ') || !shaped(s, n, 11, "99:99:99"))
+        return 0;
+    Py_ssize_t i = 19;
+    if (i + 1 < n && (s[i] == '.' || s[i] == ',') && IS_DIGIT(s[i + 1])) {
+        Py_ssize_t f = ++i;
+        while (i < n && IS_DIGIT(s[i]) && i - f < 9)
+            i++;
+    }
+    if (i < n && s[i] == 'Z')
+        i++;
+    else if (i < n && (s[i] == '+' || s[i] == '-') && shaped(s, n, i + 1, "99")) {
+        Py_ssize_t j = i + 3;
+        if (j < n && s[j] == ':')
+            j++;
+        if (shaped(s, n, j, "99"))
+            i = j + 2;
+    }
+    if (i >= n || s[i] != ' ')
+        return 0;
+    *pi = i + 1;
+    return 1;
+}
+
+/* syslog / journalctl: "[A-Za-z]{3} {1,2}\d{1,2} \d\d:\d\d:\d\d(?:\.\d{1,9})? [^\s\[\]]{1,64} kernel: ";
+ * the wall-clock text is "MON DAY HMS" (one space) */
+static int
+read_syslog(const unsigned char *s, Py_ssize_t n, Py_ssize_t *pi, char *wall, Py_ssize_t *wall_len)
+{
+    Py_ssize_t i = 4;
+    if (i < n && s[i] == ' ')
+        i++;
+    Py_ssize_t day = i;
+    if (digits(s, n, &i, 1, 2) < 0 || i >= n || s[i] != ' ')
+        return 0;
+    Py_ssize_t day_len = i - day;
+    Py_ssize_t hms = ++i;
+    if (!shaped(s, n, i, "99:99:99"))
+        return 0;
+    i += 8;
+    if (i + 1 < n && s[i] == '.' && IS_DIGIT(s[i + 1])) {
+        Py_ssize_t f = ++i;
+        while (i < n && IS_DIGIT(s[i]) && i - f < 9)
+            i++;
+    }
+    Py_ssize_t hms_len = i - hms;
+    if (i >= n || s[i] != ' ')
+        return 0;
+    Py_ssize_t host = ++i;
+    while (i < n && !is_space(s[i]) && s[i] != '[' && s[i] != ']' && i - host < 64)
+        i++;
+    if (i == host || !starts(s, n, i, " kernel: "))
+        return 0;
+    *pi = i + 9;
+    Py_ssize_t k = 0;
+    memcpy(wall, s, 3);
+    k = 3;
+    wall[k++] = ' ';
+    memcpy(wall + k, s + day, (size_t)day_len);
+    k += day_len;
+    wall[k++] = ' ';
+    memcpy(wall + k, s + hms, (size_t)hms_len);
+    *wall_len = k + hms_len;
+    return 1;
+}
+
 typedef struct {
     Py_ssize_t ch, engine, engine_len, gpc, gpc_len, client, client_len, addr, addr_len, ft, ft_len, at, at_len, end;
     unsigned long long address;
@@ -379,49 +511,58 @@ fast_event(PyObject *line, int *handled)
     double ts = 0.0;
     int has_ts = 0;
     long long seq = -1, level = -1;
-    if (n > 0 && s[0] == '[') {  /* dmesg: "[ {0,20}\d{1,12}\.\d{1,9}\] " */
-        i = 1;
-        while (i < n && s[i] == ' ' && i <= 20)
-            i++;
-        Py_ssize_t t0 = i;
-        if (digits(s, n, &i, 1, 12) < 0 || i >= n || s[i] != '.')
+    char wall[80];
+    Py_ssize_t wall_len = -1;  /* -1: no wall-clock text */
+    if (n > 1 && s[0] == '[' && s[1] >= 'A' && s[1] <= 'Z') {  /* dmesg -T */
+        if (!read_ctime(s, n, &i))
             return NULL;
-        i++;
-        Py_ssize_t frac = i;
-        while (i < n && IS_DIGIT(s[i]) && i - frac < 9)
-            i++;
-        if (i == frac || i + 1 >= n || s[i] != ']' || s[i + 1] != ' ')
-            return NULL;
-        char num[32];
-        memcpy(num, s + t0, (size_t)(i - t0));
-        num[i - t0] = '\0';
-        ts = PyOS_string_to_double(num, NULL, NULL);
-        if (ts == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return NULL;
-        }
-        has_ts = 1;
-        i += 2;
+        memcpy(wall, s + 1, 24);
+        wall_len = 24;
     }
-    else if (n > 0 && IS_DIGIT(s[0])) {  /* /dev/kmsg: "PRI,SEQ,US,FLAGS;" (values read here up to 15 digits) */
-        long long pri = digits(s, n, &i, 1, 5);
-        if (pri < 0 || i >= n || s[i++] != ',')
+    else if (n > 0 && s[0] == '[') {  /* dmesg */
+        if (!read_uptime(s, n, &i, &ts))
             return NULL;
-        seq = digits(s, n, &i, 1, 15);
-        if (seq < 0 || i >= n || s[i++] != ',')
-            return NULL;
-        long long us = digits(s, n, &i, 1, 15);
-        if (us < 0 || i >= n || s[i++] != ',')
-            return NULL;
-        Py_ssize_t f = i;
-        while (i < n && s[i] != ';' && s[i] != ',' && i - f < 4)
-            i++;
-        if (i >= n || s[i] != ';')
-            return NULL;
-        i++;
-        ts = (double)us / 1e6;
         has_ts = 1;
-        level = pri & 7;
+    }
+    else if (n > 0 && IS_DIGIT(s[0])) {
+        Py_ssize_t d = 0;
+        while (d < n && IS_DIGIT(s[d]))
+            d++;
+        if (d < n && s[d] == ',') {  /* /dev/kmsg: "PRI,SEQ,US,FLAGS;" (values read here up to 15 digits) */
+            long long pri = digits(s, n, &i, 1, 5);
+            if (pri < 0 || i >= n || s[i++] != ',')
+                return NULL;
+            seq = digits(s, n, &i, 1, 15);
+            if (seq < 0 || i >= n || s[i++] != ',')
+                return NULL;
+            long long us = digits(s, n, &i, 1, 15);
+            if (us < 0 || i >= n || s[i++] != ',')
+                return NULL;
+            Py_ssize_t f = i;
+            while (i < n && s[i] != ';' && s[i] != ',' && i - f < 4)
+                i++;
+            if (i >= n || s[i] != ';')
+                return NULL;
+            i++;
+            ts = (double)us / 1e6;
+            has_ts = 1;
+            level = pri & 7;
+        }
+        else {  /* dmesg --time-format iso */
+            if (!read_iso(s, n, &i))
+                return NULL;
+            wall_len = i - 1;
+            memcpy(wall, s, (size_t)wall_len);
+        }
+    }
+    else if (n > 3 && IS_ALPHA(s[0]) && IS_ALPHA(s[1]) && IS_ALPHA(s[2]) && s[3] == ' ') {  /* syslog */
+        if (!read_syslog(s, n, &i, wall, &wall_len))
+            return NULL;
+        if (i < n && s[i] == '[') {
+            if (!read_uptime(s, n, &i, &ts))
+                return NULL;
+            has_ts = 1;
+        }
     }
     if (!starts(s, n, i, "NVRM: Xid ("))
         return NULL;
@@ -545,7 +686,8 @@ fast_event(PyObject *line, int *handled)
         goto done;
     if (!(a[13] = has_ts ? PyFloat_FromDouble(ts) : Py_NewRef(Py_None)))
         goto done;
-    a[14] = Py_NewRef(Py_None);
+    if (!(a[14] = wall_len < 0 ? Py_NewRef(Py_None) : ascii_str((const unsigned char *)wall, 0, wall_len)))
+        goto done;
     if (!(a[15] = long_or_none(level)))
         goto done;
     Py_ssize_t r = n;
