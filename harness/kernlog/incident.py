@@ -276,6 +276,8 @@ class IncidentGrouper:
         self.epochs = 0
         self._incs: list[_Open] = []
         self._gpus: dict[str | None, _Gpu] = {}
+        #: PCI address as printed -> its GPU in this epoch
+        self._gpu_of: dict[str, _Gpu] = {}
         self._timed: bool | None = None
         self._newest = -math.inf
         self._index = -1
@@ -297,12 +299,10 @@ class IncidentGrouper:
                 ts = self._newest
             self._newest = ts
         pci = ev.pci
-        key = self._keys.get(pci) if pci.__class__ is str else None
-        if key is None and isinstance(pci, str):
-            key = self._keys[pci] = normalize_pci(pci)
-        gpu = self._gpus.get(key)
+        # the GPU of this printed address in this epoch: one lookup on every line after its GPU's first
+        gpu = self._gpu_of.get(pci) if pci.__class__ is str else None
         if gpu is None:
-            gpu = self._gpus[key] = _Gpu(self.max_gap // 4)
+            gpu = self._gpu(pci)
         pid = ev.pid
         if pid.__class__ is not int and pid is not None:
             pid = _int_or_none(pid)
@@ -318,6 +318,20 @@ class IncidentGrouper:
         else:
             self._join(gpu, target, ev, pid, ts, i, consequence)
 
+    def _gpu(self, pci: object) -> _Gpu:
+        """The GPU of a printed PCI address (normalize_pci: ``3b:00`` and ``0000:3b:00`` are one GPU)."""
+        key = None
+        if isinstance(pci, str):
+            key = self._keys.get(pci)
+            if key is None:
+                key = self._keys[pci] = normalize_pci(pci)
+        gpu = self._gpus.get(key)
+        if gpu is None:
+            gpu = self._gpus[key] = _Gpu(self.max_gap // 4)
+        if pci.__class__ is str:
+            self._gpu_of[pci] = gpu  # type: ignore[index]
+        return gpu
+
     def incidents(self) -> list[Incident]:
         """The incidents so far, in order of their first line."""
         return [inc.freeze() for inc in self._incs]
@@ -329,6 +343,7 @@ class IncidentGrouper:
             self.epochs += 1
         self._timed = timed
         self._gpus = {}
+        self._gpu_of = {}
         self._newest = -math.inf
 
     # -- the 13/31 search -------------------------------------------------------------------------------
@@ -340,7 +355,7 @@ class IncidentGrouper:
             same = gpu.app_pid.get(pid)
             if same is not None and same.rank > gpu.broken:
                 best = same
-            pidless = self._newest_pidless(gpu, ts, i)
+            pidless = self._newest_pidless(gpu, ts, i) if gpu.app_nopid else None
             if pidless is not None and (best is None or pidless.rank > best.rank):
                 best = pidless
         elif self._timed:
@@ -400,7 +415,9 @@ class IncidentGrouper:
 
     def _consequence_target(self, gpu: _Gpu, ev: XidEvent, pid: int | None, ts: float | None,
                             i: int) -> _Open | None:
-        caused_by = _int_or_none(ev.caused_by)
+        caused_by = ev.caused_by
+        if caused_by.__class__ is not int and caused_by is not None:
+            caused_by = _int_or_none(caused_by)
         if caused_by is not None:
             return self._newest_near(gpu.by_xid.get(caused_by), ts, i)
         if ev.xid == 43 and pid is not None:
