@@ -329,7 +329,7 @@ class IncidentGrouper:
         if gpu is None:
             gpu = self._gpus[key] = _Gpu(self.max_gap // 4)
         if pci.__class__ is str:
-            self._gpu_of[pci] = gpu  # type: ignore[index]
+            self._gpu_of[pci] = gpu
         return gpu
 
     def incidents(self) -> list[Incident]:
