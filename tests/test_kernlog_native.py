@@ -156,3 +156,16 @@ def test_parse_lines_keeps_order_and_the_lines_that_do_not_parse() -> None:
              "Dec  2 11:38:47 h kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."]
     got = P.parse_lines(lines)
     assert got == P._parse_lines(lines) and got[1] is None and [ev.xid for ev in got if ev] == [43, 79]
+
+
+@pytest.mark.parametrize("gap", [0, 1, 7, 15, 16, 17, 31, 32, 33, 63, 100])
+def test_the_compiled_finder_finds_markers_at_every_offset_of_its_wide_steps(gap: int) -> None:
+    """Markers at every offset modulo the 16- and 32-byte steps of the vector search, near their ends too."""
+    parts = []
+    for k in range(70):
+        parts.append(b"N" * (k % 5) + b"x" * gap + b"NVRM: X" + b"\n"[: k % 2] + P.MARKER_B + b"id" * (k % 3) + b"\n")
+    buf = b"".join(parts)
+    for end in (len(buf), len(buf) - 1, len(buf) - 9, len(buf) - 40):
+        for pos in (0, 1, 5, 33):
+            for final in (True, False):
+                assert _compiled(buf, pos, end, final, P.MAX_SIDE) == _python(buf, pos, end, final, P.MAX_SIDE)
