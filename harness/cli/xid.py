@@ -136,8 +136,8 @@ def render_table(events: list[XidEvent], out: IO[str], width: int = 160,
     out.write("\n".join(lines))
     seen: set[str] = set()
     out.write("\nwhat to do:\n")
-    for inc in incidents:
-        entry = classify(inc.root.xid)
+    for xid in dict.fromkeys(inc.root.xid for inc in incidents):  # each Xid once, in first-seen order
+        entry = classify(xid)
         if entry.category in seen:
             continue
         seen.add(entry.category)
