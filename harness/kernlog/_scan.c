@@ -689,6 +689,12 @@ fast_event(PyObject *line, int *handled)
         }
         ok = ok && f[2] && (f[3] = ascii_str(s, m.client, m.client_len)) && (f[4] = ascii_str(s, m.ft, m.ft_len))
              && (f[5] = ascii_str(s, m.at, m.at_len)) && (f[7] = ascii_str(s, m.addr, m.addr_len));
+        if (ok) {  /* the names repeat on every fault of a storm: one copy of each (equal values either way) */
+            PyUnicode_InternInPlace(&f[1]);
+            PyUnicode_InternInPlace(&f[3]);
+            PyUnicode_InternInPlace(&f[4]);
+            PyUnicode_InternInPlace(&f[5]);
+        }
         if (ok) {
             f[6] = Py_NewRef(Py_True);
             f[8] = Py_NewRef(Py_None);
@@ -822,7 +828,7 @@ str_or_dash(PyObject *v)  /* `v or "-"` for a str or None */
 }
 
 static PyObject *
-cell(PyObject *ev, int col, PyObject *titles)
+cell(PyObject *ev, int col, PyObject *titles, PyObject *xid_texts)
 {
     PyObject *v, *r = NULL;
     switch (col) {
@@ -850,8 +856,13 @@ cell(PyObject *ev, int col, PyObject *titles)
         if (!(v = PyObject_GetAttr(ev, s_xid)))
             return NULL;
         if (PyLong_CheckExact(v)) {
-            if (col == 1)
-                r = PyObject_Str(v);
+            if (col == 1) {  /* a few Xid numbers on every row: one string each */
+                r = PyDict_GetItemWithError(xid_texts, v);
+                if (r != NULL)
+                    Py_INCREF(r);
+                else if (!PyErr_Occurred() && (r = PyObject_Str(v)) != NULL && PyDict_SetItem(xid_texts, v, r) < 0)
+                    Py_CLEAR(r);
+            }
             else {
                 r = PyDict_GetItemWithError(titles, v);
                 r = r != NULL && PyUnicode_CheckExact(r) ? Py_NewRef(r) : NULL;
@@ -890,9 +901,14 @@ table(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "table: one detail per event");
         return NULL;
     }
+    PyObject *xid_texts = PyDict_New();
+    if (xid_texts == NULL)
+        return NULL;
     PyObject **cells = PyMem_Calloc((size_t)(n * NCOLS), sizeof(PyObject *));
-    if (cells == NULL)
+    if (cells == NULL) {
+        Py_DECREF(xid_texts);
         return PyErr_NoMemory();
+    }
     PyObject *ret = NULL;
     Py_ssize_t widths[NCOLS] = {0}, total = 0;
     Py_UCS4 maxchar = 127;
@@ -907,7 +923,7 @@ table(PyObject *self, PyObject *args)
                 v = PyUnicode_CheckExact(v) ? Py_NewRef(v) : NULL;
             }
             else
-                v = cell(ev, c, titles);
+                v = cell(ev, c, titles, xid_texts);
             if (v == NULL)
                 goto fallback;
             cells[r * NCOLS + c] = v;
@@ -975,6 +991,7 @@ done:
     for (Py_ssize_t k = 0; k < n * NCOLS; k++)
         Py_XDECREF(cells[k]);
     PyMem_Free(cells);
+    Py_DECREF(xid_texts);
     return ret;
 }
 
