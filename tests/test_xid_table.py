@@ -9,6 +9,7 @@ strings, non-ASCII and wide characters, details longer than a line has room for,
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,27 @@ def test_the_c_layout_writes_every_capture_like_python(name: str, monkeypatch: p
 def test_the_c_layout_declines_what_it_does_not_lay_out() -> None:
     ev = XidEvent(31, "0000:3b:00", None, None, 7, "p", "m", "x", None, None)
     assert P.native_table is not None
-    assert isinstance(P.native_table([ev], {31: "t"}, ["d"], 160), str)
-    assert P.native_table([ev], {31: "t"}, ["d"], 20) is None  # no room for a detail: Python cuts each line
+    assert isinstance(P.native_table([ev], {31: "t"}, X._detail, 160), str)
+    assert P.native_table([ev], {31: "t"}, X._detail, 20) is None  # no room for a detail: Python cuts each line
     odd = XidEvent(31, "0000:3b:00", None, None, 7, "p", "m", "x", None, None, ts=5)  # type: ignore[arg-type]
-    assert P.native_table([odd], {31: "t"}, ["d"], 160) is None  # an int time: Python formats it
+    assert P.native_table([odd], {31: "t"}, X._detail, 160) is None  # an int time: Python formats it
+
+
+_TIMES = [0.0078125, 0.0000005, 5.0000005, 1e-7, 4.9999995, 999999999.9999995, 999999999.999999, 1e9, 2.0 ** -20,
+          123.4567895, 82659.755847, 35.371957, 5.07, 0.5e-6, 1.5e-6, 2.5e-6, -0.0, 0.0, -5.5, 1e300, float("inf"),
+          math.nextafter(5.0000005, 0), math.nextafter(5.0000005, 10), 7.2e8 + 0.0000005]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_TIMES), st.floats(0, 1e9), st.floats(allow_nan=False),
+                          st.integers(0, 10**15).map(lambda k: k / 1e6), st.integers(0, 2**40).map(lambda k: k / 2**20)),
+                min_size=1, max_size=20))
+def test_the_c_layout_prints_every_time_as_python_does(times: list[float]) -> None:
+    """The time column's "%.6f": computed in C for kernel times, by Python's formatting at ties and beyond."""
+    events = [XidEvent(43, "0000:3b:00", None, None, 7, "p", "m", "x", None, None, ts=t) for t in times]
+    mp = pytest.MonkeyPatch()
+    try:
+        native, python = _both(events, 160, mp)
+    finally:
+        mp.undo()
+    assert native == python

@@ -156,7 +156,7 @@ def _write_rows(events: list[XidEvent], out: IO[str], width: int) -> None:
 
     titles = {xid: classify(xid).title for xid in {ev.xid for ev in events}}
     if native_table is not None:  # the same text laid out in C (kernlog/_scan.c), None when it declines
-        text = native_table(list(events), titles, list(map(_detail, events)), width)
+        text = native_table(list(events), titles, _detail, width)
         if text is not None:
             out.write(text)
             return

@@ -16,6 +16,8 @@
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
 #include <Python.h>
+#include <structmember.h>
+#include <math.h>
 #include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -213,6 +215,46 @@ lines(PyObject *self, PyObject *args)
 
 static PyObject *XidEvent_t, *MmuFault_t, *category_dict, *category_func, *decode_message;
 static unsigned long long va_limit;
+
+/* Field reads without the attribute machinery: a msgspec Struct keeps each field in a slot whose
+ * member descriptor gives its offset (looked up once, in configure); any other object, or a type
+ * whose field is not such a slot, is read by getattr. */
+enum { F_TS, F_WALL, F_XID, F_PCI, F_PID, F_PROCESS, F_MMU, F_GR, F_CAUSED_BY, F_MESSAGE,
+       F_ADDRESS, F_ENGINE, F_GPC, F_CLIENT, F_FAULT_TYPE, F_ACCESS_TYPE, F_COUNT };
+static const char *field_names[F_COUNT] = {"ts", "wall", "xid", "pci", "pid", "process", "mmu", "gr", "caused_by",
+                                           "message", "address", "engine", "gpc", "client", "fault_type",
+                                           "access_type"};
+static PyObject *field_strs[F_COUNT];
+static Py_ssize_t field_offsets[F_COUNT];
+
+static Py_ssize_t
+slot_offset(PyObject *type, PyObject *name)
+{
+    PyObject *d = PyObject_GetAttr(type, name);  /* the class attribute: the member descriptor */
+    Py_ssize_t off = -1;
+    if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READ_RESTRICTED))
+            off = m->offset;
+    }
+    Py_XDECREF(d);
+    PyErr_Clear();
+    return off;
+}
+
+static PyObject *
+field(PyObject *obj, PyObject *type, int f)  /* new reference, or NULL with an error */
+{
+    if ((PyObject *)Py_TYPE(obj) == type && field_offsets[f] >= 0) {
+        PyObject *v = *(PyObject **)((char *)obj + field_offsets[f]);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, field_strs[f]);
+}
+
+#define EVF(ev, f) field((ev), XidEvent_t, (f))
+#define MMUF(m, f) field((m), MmuFault_t, (f))
 
 #define IS_DIGIT(c) ((c) >= '0' && (c) <= '9')
 #define IS_TOKEN(c) (((c) >= 'A' && (c) <= 'Z') || IS_DIGIT(c) || (c) == '_')
@@ -803,20 +845,150 @@ configure(PyObject *self, PyObject *args)
     Py_XSETREF(category_func, Py_NewRef(cf));
     Py_XSETREF(decode_message, Py_NewRef(dm));
     va_limit = 1ULL << bits;
+    for (int f = 0; f < F_COUNT; f++) {
+        if (field_strs[f] == NULL && !(field_strs[f] = PyUnicode_InternFromString(field_names[f])))
+            return NULL;
+        field_offsets[f] = slot_offset(f < F_ADDRESS ? XidEvent_t : MmuFault_t, field_strs[f]);
+    }
     Py_RETURN_NONE;
 }
 
 /* ---- the table's rows ---------------------------------------------------------------------------------
  *
- * table(events, titles, details, width) -> str | None: what cli/xid.py's _write_rows writes for these
+ * table(events, titles, detail, width) -> str | None: what cli/xid.py's _write_rows writes for these
  * events (the header and one row per event: time, xid, gpu, pid, process, category padded to their
- * column's width, two spaces apart, then the detail, cut to the room a `width` line has left with
- * "..."), in one string; lengths in code points, as Python's %-format counts them. None (the caller
+ * column's width, two spaces apart, then the detail -- detail(ev), made here for the two commonest
+ * kinds of line -- cut to the room a `width` line has left with "..."), in one string; lengths in code points, as Python's %-format counts them. None (the caller
  * then lays the table out in Python) for anything off the usual types or a width leaving no room.
  */
 
+
 static PyObject *s_ts, *s_wall, *s_xid, *s_pci, *s_pid, *s_process, *s_dash;
+static PyObject *s_mmu, *s_gr, *s_caused_by, *s_message, *s_address, *s_engine, *s_gpc, *s_client, *s_fault_type,
+    *s_access_type, *s_access_prefix, *s_empty, *s_space;
+
+/* the words of an MMU fault after its address (cli/xid.py _mmu_words), or NULL without an error when
+ * a field is not of the usual type */
+static PyObject *
+mmu_words(PyObject *engine, PyObject *gpc, PyObject *client, PyObject *ft, PyObject *at)
+{
+    PyObject *parts = PyList_New(0), *r = NULL, *p;
+    if (parts == NULL)
+        return NULL;
+    PyObject *names[5] = {engine, NULL, client, ft, at};
+    for (int k = 0; k < 5; k++) {
+        if (k == 1) {
+            if (gpc == Py_None)
+                continue;
+            if (!PyLong_CheckExact(gpc))
+                goto done;
+            p = PyUnicode_FromFormat("GPC%S", gpc);
+        }
+        else if (names[k] == Py_None)
+            continue;
+        else if (!PyUnicode_CheckExact(names[k]))
+            goto done;
+        else if (k == 4)
+            p = PyUnicode_Replace(names[k], s_access_prefix, s_empty, -1);
+        else
+            p = Py_NewRef(names[k]);
+        if (p == NULL)
+            goto done;
+        int rc = PyUnicode_GET_LENGTH(p) ? PyList_Append(parts, p) : 0;
+        Py_DECREF(p);
+        if (rc < 0)
+            goto done;
+    }
+    r = PyUnicode_Join(s_space, parts);
+done:
+    Py_DECREF(parts);
+    return r;
+}
+
+/* cli/xid.py _detail for the two commonest kinds of line -- a decoded MMU fault (its page and its
+ * words), a line with nothing decoded (its message) -- else detail(ev). *last caches the words of
+ * the last fault (a storm repeats them, the same interned names). */
+static PyObject *
+detail_of(PyObject *ev, PyObject *detail, PyObject **last_key, PyObject **last_words)
+{
+    PyObject *m = EVF(ev, F_MMU), *r = NULL;
+    if (m == NULL)
+        return NULL;
+    if (m == Py_None) {
+        PyObject *gr = EVF(ev, F_GR), *cb = gr ? EVF(ev, F_CAUSED_BY) : NULL;
+        if (gr == Py_None && cb == Py_None)
+            r = EVF(ev, F_MESSAGE);
+        Py_XDECREF(gr);
+        Py_XDECREF(cb);
+        if (r != NULL && !PyUnicode_CheckExact(r))
+            Py_CLEAR(r);
+    }
+    else if (Py_TYPE(m) == (PyTypeObject *)MmuFault_t) {
+        PyObject *f[6] = {NULL};
+        int ok = 1;
+        for (int k = 0; k < 6 && ok; k++)
+            ok = (f[k] = MMUF(m, F_ADDRESS + k)) != NULL;
+        unsigned long long address = 0;
+        if (ok && PyLong_CheckExact(f[0]) && _PyLong_Sign(f[0]) >= 0) {
+            address = PyLong_AsUnsignedLongLong(f[0]);
+            if (address == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                ok = 0;
+            }
+        }
+        else
+            ok = 0;
+        PyObject *key = ok ? PyTuple_Pack(5, f[1], f[2], f[3], f[4], f[5]) : NULL;
+        PyObject *words = NULL;
+        if (key != NULL) {
+            int same = *last_key != NULL ? PyObject_RichCompareBool(key, *last_key, Py_EQ) : 0;
+            if (same > 0)
+                words = Py_NewRef(*last_words);
+            else if (same == 0 && (words = mmu_words(f[1], f[2], f[3], f[4], f[5])) != NULL) {
+                Py_XSETREF(*last_key, Py_NewRef(key));
+                Py_XSETREF(*last_words, Py_NewRef(words));
+            }
+            Py_DECREF(key);
+        }
+        if (words != NULL) {
+            char where[24];
+            snprintf(where, sizeof where, "0x%llx", address);
+            r = PyUnicode_GET_LENGTH(words) ? PyUnicode_FromFormat("%s %U", where, words) : PyUnicode_FromString(where);
+            Py_DECREF(words);
+        }
+        for (int k = 0; k < 6; k++)
+            Py_XDECREF(f[k]);
+    }
+    Py_DECREF(m);
+    if (r == NULL && !PyErr_Occurred())
+        r = PyObject_CallOneArg(detail, ev);
+    return r;
+}
 #define NCOLS 7
+
+/* "%.6f" % x. A kernel time (positive, under a billion seconds) is x * 1e6 rounded to an integer
+ * whenever the product is nearer to that integer than its own rounding error can move it (always
+ * but at a tie), which is then the correctly rounded value Python prints; every other value by
+ * Python's own formatting. */
+static PyObject *
+fixed6(double x)
+{
+    if (x > 0.0 && x < 1e9) {
+        double y = x * 1e6, k = floor(y + 0.5);
+        if (fabs(y - k) < 0.5 - y * 0x1p-50) {
+            long long q = (long long)k;
+            char buf[32];
+            int len = snprintf(buf, sizeof buf, "%lld.%06lld", q / 1000000, q % 1000000);
+            return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, buf, len);
+        }
+    }
+    char *text = PyOS_double_to_string(x, 'f', 6, 0, NULL);
+    if (text == NULL)
+        return NULL;
+    PyObject *r = PyUnicode_FromString(text);
+    PyMem_Free(text);
+    return r;
+}
 
 /* a str (new reference) or NULL without an error: not a type this reader lays out */
 static PyObject *
@@ -833,17 +1005,12 @@ cell(PyObject *ev, int col, PyObject *titles, PyObject *xid_texts)
     PyObject *v, *r = NULL;
     switch (col) {
     case 0:
-        if (!(v = PyObject_GetAttr(ev, s_ts)))
+        if (!(v = EVF(ev, F_TS)))
             return NULL;
-        if (PyFloat_CheckExact(v)) {
-            char *text = PyOS_double_to_string(PyFloat_AS_DOUBLE(v), 'f', 6, 0, NULL);
-            if (text != NULL) {
-                r = PyUnicode_FromString(text);
-                PyMem_Free(text);
-            }
-        }
+        if (PyFloat_CheckExact(v))
+            r = fixed6(PyFloat_AS_DOUBLE(v));
         else if (v == Py_None) {
-            PyObject *w = PyObject_GetAttr(ev, s_wall);
+            PyObject *w = EVF(ev, F_WALL);
             if (w != NULL) {
                 r = str_or_dash(w);
                 Py_DECREF(w);
@@ -853,7 +1020,7 @@ cell(PyObject *ev, int col, PyObject *titles, PyObject *xid_texts)
         return r;
     case 1:
     case 5:
-        if (!(v = PyObject_GetAttr(ev, s_xid)))
+        if (!(v = EVF(ev, F_XID)))
             return NULL;
         if (PyLong_CheckExact(v)) {
             if (col == 1) {  /* a few Xid numbers on every row: one string each */
@@ -872,13 +1039,13 @@ cell(PyObject *ev, int col, PyObject *titles, PyObject *xid_texts)
         return r;
     case 2:
     case 4:
-        if (!(v = PyObject_GetAttr(ev, col == 2 ? s_pci : s_process)))
+        if (!(v = EVF(ev, col == 2 ? F_PCI : F_PROCESS)))
             return NULL;
         r = str_or_dash(v);
         Py_DECREF(v);
         return r;
     case 3:
-        if (!(v = PyObject_GetAttr(ev, s_pid)))
+        if (!(v = EVF(ev, F_PID)))
             return NULL;
         r = v == Py_None ? Py_NewRef(s_dash) : PyLong_CheckExact(v) ? PyObject_Str(v) : NULL;
         Py_DECREF(v);
@@ -891,16 +1058,15 @@ static PyObject *
 table(PyObject *self, PyObject *args)
 {
     static const char *heads[NCOLS] = {"time", "xid", "gpu", "pid", "process", "category", "detail"};
-    PyObject *events, *titles, *details;
+    PyObject *events, *titles, *detail, *last_key = NULL, *last_words = NULL;
     Py_ssize_t width;
-    if (!PyArg_ParseTuple(args, "O!O!O!n:table", &PyList_Type, &events, &PyDict_Type, &titles, &PyList_Type,
-                          &details, &width))
+    if (!PyArg_ParseTuple(args, "O!O!On:table", &PyList_Type, &events, &PyDict_Type, &titles, &detail, &width))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(events) + 1;  /* the header first */
-    if (PyList_GET_SIZE(details) != n - 1) {
-        PyErr_SetString(PyExc_ValueError, "table: one detail per event");
+    if (MmuFault_t == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "table: configure() first");
         return NULL;
     }
+    Py_ssize_t n = PyList_GET_SIZE(events) + 1;  /* the header first */
     PyObject *xid_texts = PyDict_New();
     if (xid_texts == NULL)
         return NULL;
@@ -919,8 +1085,9 @@ table(PyObject *self, PyObject *args)
             if (r == 0)
                 v = PyUnicode_FromString(heads[c]);
             else if (c == NCOLS - 1) {
-                v = PyList_GET_ITEM(details, r - 1);
-                v = PyUnicode_CheckExact(v) ? Py_NewRef(v) : NULL;
+                v = detail_of(ev, detail, &last_key, &last_words);
+                if (v != NULL && !PyUnicode_CheckExact(v))
+                    Py_CLEAR(v);
             }
             else
                 v = cell(ev, c, titles, xid_texts);
@@ -992,6 +1159,8 @@ done:
         Py_XDECREF(cells[k]);
     PyMem_Free(cells);
     Py_DECREF(xid_texts);
+    Py_XDECREF(last_key);
+    Py_XDECREF(last_words);
     return ret;
 }
 
@@ -1003,7 +1172,7 @@ static PyMethodDef methods[] = {
      "parse_lines(lines, fallback) -> list: parse.parse_line of each line; the common shapes read here, "
      "every other line by fallback(line)"},
     {"table", table, METH_VARARGS,
-     "table(events, titles, details, width) -> str | None: the rows cli/xid.py's _write_rows writes, or None"},
+     "table(events, titles, detail, width) -> str | None: the rows cli/xid.py's _write_rows writes, or None"},
     {"configure", configure, METH_VARARGS,
      "configure(XidEvent, MmuFault, category_dict, category_func, decode_message, va_bits)"},
     {NULL, NULL, 0, NULL},
@@ -1025,7 +1194,16 @@ PyInit__scan(void)
     if (!(s_ts = PyUnicode_InternFromString("ts")) || !(s_wall = PyUnicode_InternFromString("wall"))
             || !(s_xid = PyUnicode_InternFromString("xid")) || !(s_pci = PyUnicode_InternFromString("pci"))
             || !(s_pid = PyUnicode_InternFromString("pid")) || !(s_process = PyUnicode_InternFromString("process"))
-            || !(s_dash = PyUnicode_InternFromString("-")))
+            || !(s_dash = PyUnicode_InternFromString("-")) || !(s_mmu = PyUnicode_InternFromString("mmu"))
+            || !(s_gr = PyUnicode_InternFromString("gr")) || !(s_caused_by = PyUnicode_InternFromString("caused_by"))
+            || !(s_message = PyUnicode_InternFromString("message"))
+            || !(s_address = PyUnicode_InternFromString("address"))
+            || !(s_engine = PyUnicode_InternFromString("engine")) || !(s_gpc = PyUnicode_InternFromString("gpc"))
+            || !(s_client = PyUnicode_InternFromString("client"))
+            || !(s_fault_type = PyUnicode_InternFromString("fault_type"))
+            || !(s_access_type = PyUnicode_InternFromString("access_type"))
+            || !(s_access_prefix = PyUnicode_FromString("ACCESS_TYPE_")) || !(s_empty = PyUnicode_FromString(""))
+            || !(s_space = PyUnicode_FromString(" ")))
         return NULL;
     return PyModule_Create(&module);
 }

@@ -743,9 +743,9 @@ def _native_parse() -> Callable[[list[str]], list[XidEvent | None]] | None:
 #: other line by :func:`parse_line`; the records are the same (tests/test_kernlog_native.py).
 parse_lines = _native_parse() or _parse_lines
 
-#: ``native_table(events, titles, details, width) -> str | None``: the Xid table's rows laid out in C
+#: ``native_table(events, titles, detail, width) -> str | None``: the Xid table's rows laid out in C
 #: (cli/xid.py ``_write_rows`` says what they are), or None where the compiled module is not built.
-native_table: Callable[[list[XidEvent], dict[int, str], list[str], int], str | None] | None = \
+native_table: Callable[[list[XidEvent], dict[int, str], Callable[[XidEvent], str], int], str | None] | None = \
     getattr(_native(), "table", None)
 
 
