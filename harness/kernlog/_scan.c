@@ -214,6 +214,8 @@ lines(PyObject *self, PyObject *args)
  */
 
 static PyObject *XidEvent_t, *MmuFault_t, *category_dict, *category_func, *decode_message;
+/* the last message decoded by decode_message (ASCII, as every line read here) and its parts */
+static PyObject *last_message, *last_decoded;
 static unsigned long long va_limit;
 
 /* Field reads without the attribute machinery: a msgspec Struct keeps each field in a slot whose
@@ -757,9 +759,20 @@ fast_event(PyObject *line, int *handled)
             e--;
         if (!(a[6] = ascii_str(s, i, e - i)))
             goto done;
-        decoded = PyObject_CallOneArg(decode_message, a[6]);
-        if (decoded == NULL)
-            goto done;
+        /* a message equal to the last one decodes to the last one's parts (decode_message is pure):
+         * the same "channel 0x..." on every Xid 43 of a busy GPU, the same warp error on every line
+         * of a burst */
+        Py_ssize_t mlen = e - i;
+        if (last_message != NULL && PyUnicode_GET_LENGTH(last_message) == mlen
+                && memcmp(PyUnicode_1BYTE_DATA(last_message), s + i, (size_t)mlen) == 0)
+            decoded = Py_NewRef(last_decoded);
+        else {
+            decoded = PyObject_CallOneArg(decode_message, a[6]);
+            if (decoded == NULL)
+                goto done;
+            Py_XSETREF(last_message, Py_NewRef(a[6]));
+            Py_XSETREF(last_decoded, Py_NewRef(decoded));
+        }
         if (!PyTuple_Check(decoded) || PyTuple_GET_SIZE(decoded) != 4) {
             PyErr_SetString(PyExc_TypeError, "_decode_message must return a 4-tuple");
             goto done;
@@ -844,6 +857,8 @@ configure(PyObject *self, PyObject *args)
     Py_XSETREF(category_dict, Py_NewRef(cd));
     Py_XSETREF(category_func, Py_NewRef(cf));
     Py_XSETREF(decode_message, Py_NewRef(dm));
+    Py_CLEAR(last_message);
+    Py_CLEAR(last_decoded);
     va_limit = 1ULL << bits;
     for (int f = 0; f < F_COUNT; f++) {
         if (field_strs[f] == NULL && !(field_strs[f] = PyUnicode_InternFromString(field_names[f])))
