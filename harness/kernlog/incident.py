@@ -114,6 +114,17 @@ class Incident(msgspec.Struct, frozen=True, gc=False):
         """One line for humans."""
         # the properties' work done once (a big log's table describes thousands of incidents, and one
         # process's fault storm can put 10k lines in one)
+        events = self.events
+        if len(events) == 1 and not self.consequences:
+            # the commonest incident of a big log: one line, nothing decoded to add (the general
+            # way below gives the same text)
+            e = events[0]
+            if e.mmu is None and e.gr is None:
+                pid, process = e.pid, e.process
+                who = f"pid {pid}" if pid is not None else "pid unknown"
+                if process:
+                    who += f" ({process})"
+                return f"Xid {e.xid} on {e.pci or '?'}, {who}: {_reading(self.root.xid)[0]}"
         everything = self.all_events
         if len(everything) == 1:  # most incidents of a big log are one line
             e = everything[0]
@@ -128,7 +139,6 @@ class Incident(msgspec.Struct, frozen=True, gc=False):
             who += f" ({process})"
         what = _reading(self.root.xid)[0]
         bits = [f"Xid {xids} on {pci or '?'}, {who}: {what}"]
-        events = self.events
         if len(events) > 1 or events[0].mmu is not None or events[0].gr is not None:
             addresses = self.addresses
             if addresses:
