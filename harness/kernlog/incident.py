@@ -316,17 +316,21 @@ class IncidentGrouper:
         pid = ev.pid
         if pid.__class__ is not int and pid is not None:
             pid = _int_or_none(pid)
-        consequence = False
-        target: _Open | None = None
-        if ev.xid in APP_FAULT_XIDS:
+        xid = ev.xid
+        if xid in APP_FAULT_XIDS:
             target = self._fault_target(gpu, ev, pid, ts, i)
-        elif ev.xid in CONSEQUENCE_XIDS or classify(ev.xid).category == "informational_or_recovery":
-            consequence = True
+            if target is None:
+                self._open(gpu, ev, pid, ts, i)
+            else:
+                self._join(gpu, target, ev, pid, ts, i, False)
+        elif xid in CONSEQUENCE_XIDS or classify(xid).category == "informational_or_recovery":
             target = self._consequence_target(gpu, ev, pid, ts, i)
-        if target is None:
-            self._open(gpu, ev, pid, ts, i)
+            if target is None:
+                self._open(gpu, ev, pid, ts, i)
+            else:
+                self._join(gpu, target, ev, pid, ts, i, True)
         else:
-            self._join(gpu, target, ev, pid, ts, i, consequence)
+            self._open(gpu, ev, pid, ts, i)
 
     def _gpu(self, pci: object) -> _Gpu:
         """The GPU of a printed PCI address (normalize_pci: ``3b:00`` and ``0000:3b:00`` are one GPU)."""
@@ -431,8 +435,11 @@ class IncidentGrouper:
         if caused_by is not None:
             return self._newest_near(gpu.by_xid.get(caused_by), ts, i)
         if ev.xid == 43 and pid is not None:
-            same = self._newest_near(gpu.by_pid.get(pid), ts, i)
-            pidless = self._newest_near(gpu.causes_nopid, ts, i, pidless=True)
+            # each search only where it has something to look at (a lone 43 of a process that never
+            # faulted, the commonest line of a busy shared GPU, has neither)
+            same_pid = gpu.by_pid.get(pid)
+            same = self._newest_near(same_pid, ts, i) if same_pid else None
+            pidless = self._newest_near(gpu.causes_nopid, ts, i, pidless=True) if gpu.causes_nopid else None
             if same is None or (pidless is not None and pidless.rank > same.rank):
                 return pidless
             return same
@@ -459,13 +466,15 @@ class IncidentGrouper:
     # -- placing ----------------------------------------------------------------------------------------
 
     def _open(self, gpu: _Gpu, ev: XidEvent, pid: int | None, ts: float | None, i: int) -> None:
-        app = ev.xid in APP_FAULT_XIDS
-        inc = _Open(len(self._incs), [ev], [], i, ts, pid, {ev.xid}, app)
-        self._incs.append(inc)
-        gpu.by_xid[ev.xid].append(inc)
+        xid = ev.xid
+        app = xid in APP_FAULT_XIDS
+        incs = self._incs
+        inc = _Open(len(incs), [ev], [], i, ts, pid, {xid}, app)
+        incs.append(inc)
+        gpu.by_xid[xid].append(inc)
         if pid is not None:
             gpu.by_pid[pid].append(inc)
-        if ev.xid not in CONSEQUENCE_XIDS:
+        if xid not in CONSEQUENCE_XIDS:
             gpu.causes.append(inc)
             if pid is None:
                 gpu.causes_nopid.append(inc)
