@@ -1,9 +1,12 @@
-"""Build glue for the one compiled part: the ledger's native recording library.
+"""Build glue for the compiled parts: the ledger's native recording library, the kernel-log line finder.
 
 Everything else is in pyproject.toml. ``harness/ledger/_native.c`` includes neither Python.h nor
 CUDA headers (faulthunt loads it with ctypes), so the system C compiler alone builds it at
 ``pip install``. ``optional=True``: without a compiler (or on a platform it does not build on) the
 install still succeeds and the ledger uses its pure-Python route, saying so (docs/ledger.md).
+``harness/kernlog/_scan.c`` is a CPython extension (Python.h only), optional the same way: without
+it ``faulthunt.kernlog.parse`` finds the Xid lines in pure Python, with the same result
+(docs/kernlog.md).
 """
 
 from setuptools import Extension, setup
@@ -13,5 +16,10 @@ setup(ext_modules=[Extension(
     sources=["harness/ledger/_native.c"],
     extra_compile_args=["-O2", "-pthread", "-fvisibility=hidden"],
     extra_link_args=["-pthread"],
+    optional=True,
+), Extension(
+    "faulthunt.kernlog._scan",
+    sources=["harness/kernlog/_scan.c"],
+    extra_compile_args=["-O2"],
     optional=True,
 )])

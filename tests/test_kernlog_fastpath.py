@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,10 +44,18 @@ def _capture_lines() -> dict[str, list[str]]:
 CAPTURES = _capture_lines()
 
 
+#: the compiled reader of the commonest shapes (kernlog/_scan.c), where it is built
+NATIVE = P._native()
+
+
 def _same(line: str) -> XidEvent | None:
-    """Assert both paths agree on ``line``; return the event."""
+    """Assert both paths (and the compiled reader, where built) agree on ``line``; return the event."""
     fast, general = P.parse_line(line), P._parse_line_general(line)
     assert fast == general, line
+    if NATIVE is not None:
+        native = NATIVE.parse_lines([line], P.parse_line)[0]
+        assert native == fast, line
+        assert msgspec.json.encode(native) == msgspec.json.encode(fast), line
     if fast is not None:
         assert fast.to_json() == general.to_json()
         # the positional construction builds the very record the keyword one would

@@ -16,6 +16,16 @@ from faulthunt.kernlog import parse as P
 from faulthunt.kernlog import stream as S
 
 DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on both line finders: the compiled one (when built) and the pure-Python one."""
+    if request.param == "python":
+        monkeypatch.setattr(P, "find_text_lines", P._find_text_lines)
+    elif P._native_lines() is None:
+        pytest.skip("the compiled line finder (kernlog/_scan.c) is not built here")
+    return str(request.param)
 LINE = b"[ 5.0] NVRM: Xid (PCI:0000:00:06): 43, pid=7, name=a, channel 0x0000000a"
 
 

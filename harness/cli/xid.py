@@ -136,8 +136,8 @@ def render_table(events: list[XidEvent], out: IO[str], width: int = 160,
     out.write("\n".join(lines))
     seen: set[str] = set()
     out.write("\nwhat to do:\n")
-    for inc in incidents:
-        entry = classify(inc.root.xid)
+    for xid in dict.fromkeys(inc.root.xid for inc in incidents):  # each Xid once, in first-seen order
+        entry = classify(xid)
         if entry.category in seen:
             continue
         seen.add(entry.category)
@@ -148,11 +148,18 @@ def _write_rows(events: list[XidEvent], out: IO[str], width: int) -> None:
     """The table's rows: cells padded to their column's width, each line cut to ``width`` with "...".
 
     A big log's table has tens of thousands of rows, so it is built column by column and laid out
-    by one %-format applied in C; only the detail column is made per event in Python.
+    by one %-format applied in C; only the detail column is made per event in Python. Where the
+    compiled module is built, it lays out the same text (tests/test_xid_table.py holds the two equal).
     """
     from faulthunt.kernlog.catalog import classify
+    from faulthunt.kernlog.parse import native_table
 
     titles = {xid: classify(xid).title for xid in {ev.xid for ev in events}}
+    if native_table is not None:  # the same text laid out in C (kernlog/_scan.c), None when it declines
+        text = native_table(list(events), titles, _detail, width)
+        if text is not None:
+            out.write(text)
+            return
     columns = [
         ["time", *("%.6f" % ev.ts if ev.ts is not None else ev.wall or "-" for ev in events)],
         ["xid", *(str(ev.xid) for ev in events)],
@@ -255,9 +262,9 @@ class _Sink:
 
     def add_lines(self, lines: list[str]) -> None:
         """Parse a batch of candidate lines (one chunk of the input) and take their events."""
-        from faulthunt.kernlog.parse import parse_line
+        from faulthunt.kernlog import parse
 
-        events = list(map(parse_line, lines))
+        events = parse.parse_lines(lines)
         if None in events:
             for ev, line in zip(events, lines, strict=True):
                 if ev is None:

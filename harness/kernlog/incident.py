@@ -114,6 +114,17 @@ class Incident(msgspec.Struct, frozen=True, gc=False):
         """One line for humans."""
         # the properties' work done once (a big log's table describes thousands of incidents, and one
         # process's fault storm can put 10k lines in one)
+        events = self.events
+        if len(events) == 1 and not self.consequences:
+            # the commonest incident of a big log: one line, nothing decoded to add (the general
+            # way below gives the same text)
+            e = events[0]
+            if e.mmu is None and e.gr is None:
+                pid, process = e.pid, e.process
+                who = f"pid {pid}" if pid is not None else "pid unknown"
+                if process:
+                    who += f" ({process})"
+                return f"Xid {e.xid} on {e.pci or '?'}, {who}: {_reading(self.root.xid)[0]}"
         everything = self.all_events
         if len(everything) == 1:  # most incidents of a big log are one line
             e = everything[0]
@@ -128,7 +139,6 @@ class Incident(msgspec.Struct, frozen=True, gc=False):
             who += f" ({process})"
         what = _reading(self.root.xid)[0]
         bits = [f"Xid {xids} on {pci or '?'}, {who}: {what}"]
-        events = self.events
         if len(events) > 1 or events[0].mmu is not None or events[0].gr is not None:
             addresses = self.addresses
             if addresses:
@@ -276,6 +286,8 @@ class IncidentGrouper:
         self.epochs = 0
         self._incs: list[_Open] = []
         self._gpus: dict[str | None, _Gpu] = {}
+        #: PCI address as printed -> its GPU in this epoch
+        self._gpu_of: dict[str, _Gpu] = {}
         self._timed: bool | None = None
         self._newest = -math.inf
         self._index = -1
@@ -297,26 +309,42 @@ class IncidentGrouper:
                 ts = self._newest
             self._newest = ts
         pci = ev.pci
-        key = self._keys.get(pci) if pci.__class__ is str else None
-        if key is None and isinstance(pci, str):
-            key = self._keys[pci] = normalize_pci(pci)
-        gpu = self._gpus.get(key)
+        # the GPU of this printed address in this epoch: one lookup on every line after its GPU's first
+        gpu = self._gpu_of.get(pci) if pci.__class__ is str else None
         if gpu is None:
-            gpu = self._gpus[key] = _Gpu(self.max_gap // 4)
+            gpu = self._gpu(pci)
         pid = ev.pid
         if pid.__class__ is not int and pid is not None:
             pid = _int_or_none(pid)
-        consequence = False
-        target: _Open | None = None
-        if ev.xid in APP_FAULT_XIDS:
+        xid = ev.xid
+        if xid in APP_FAULT_XIDS:
             target = self._fault_target(gpu, ev, pid, ts, i)
-        elif ev.xid in CONSEQUENCE_XIDS or classify(ev.xid).category == "informational_or_recovery":
-            consequence = True
+            if target is None:
+                self._open(gpu, ev, pid, ts, i)
+            else:
+                self._join(gpu, target, ev, pid, ts, i, False)
+        elif xid in CONSEQUENCE_XIDS or classify(xid).category == "informational_or_recovery":
             target = self._consequence_target(gpu, ev, pid, ts, i)
-        if target is None:
-            self._open(gpu, ev, pid, ts, i)
+            if target is None:
+                self._open(gpu, ev, pid, ts, i)
+            else:
+                self._join(gpu, target, ev, pid, ts, i, True)
         else:
-            self._join(gpu, target, ev, pid, ts, i, consequence)
+            self._open(gpu, ev, pid, ts, i)
+
+    def _gpu(self, pci: object) -> _Gpu:
+        """The GPU of a printed PCI address (normalize_pci: ``3b:00`` and ``0000:3b:00`` are one GPU)."""
+        key = None
+        if isinstance(pci, str):
+            key = self._keys.get(pci)
+            if key is None:
+                key = self._keys[pci] = normalize_pci(pci)
+        gpu = self._gpus.get(key)
+        if gpu is None:
+            gpu = self._gpus[key] = _Gpu(self.max_gap // 4)
+        if pci.__class__ is str:
+            self._gpu_of[pci] = gpu
+        return gpu
 
     def incidents(self) -> list[Incident]:
         """The incidents so far, in order of their first line."""
@@ -329,6 +357,7 @@ class IncidentGrouper:
             self.epochs += 1
         self._timed = timed
         self._gpus = {}
+        self._gpu_of = {}
         self._newest = -math.inf
 
     # -- the 13/31 search -------------------------------------------------------------------------------
@@ -340,7 +369,7 @@ class IncidentGrouper:
             same = gpu.app_pid.get(pid)
             if same is not None and same.rank > gpu.broken:
                 best = same
-            pidless = self._newest_pidless(gpu, ts, i)
+            pidless = self._newest_pidless(gpu, ts, i) if gpu.app_nopid else None
             if pidless is not None and (best is None or pidless.rank > best.rank):
                 best = pidless
         elif self._timed:
@@ -400,12 +429,17 @@ class IncidentGrouper:
 
     def _consequence_target(self, gpu: _Gpu, ev: XidEvent, pid: int | None, ts: float | None,
                             i: int) -> _Open | None:
-        caused_by = _int_or_none(ev.caused_by)
+        caused_by = ev.caused_by
+        if caused_by.__class__ is not int and caused_by is not None:
+            caused_by = _int_or_none(caused_by)
         if caused_by is not None:
             return self._newest_near(gpu.by_xid.get(caused_by), ts, i)
         if ev.xid == 43 and pid is not None:
-            same = self._newest_near(gpu.by_pid.get(pid), ts, i)
-            pidless = self._newest_near(gpu.causes_nopid, ts, i, pidless=True)
+            # each search only where it has something to look at (a lone 43 of a process that never
+            # faulted, the commonest line of a busy shared GPU, has neither)
+            same_pid = gpu.by_pid.get(pid)
+            same = self._newest_near(same_pid, ts, i) if same_pid else None
+            pidless = self._newest_near(gpu.causes_nopid, ts, i, pidless=True) if gpu.causes_nopid else None
             if same is None or (pidless is not None and pidless.rank > same.rank):
                 return pidless
             return same
@@ -432,13 +466,15 @@ class IncidentGrouper:
     # -- placing ----------------------------------------------------------------------------------------
 
     def _open(self, gpu: _Gpu, ev: XidEvent, pid: int | None, ts: float | None, i: int) -> None:
-        app = ev.xid in APP_FAULT_XIDS
-        inc = _Open(len(self._incs), [ev], [], i, ts, pid, {ev.xid}, app)
-        self._incs.append(inc)
-        gpu.by_xid[ev.xid].append(inc)
+        xid = ev.xid
+        app = xid in APP_FAULT_XIDS
+        incs = self._incs
+        inc = _Open(len(incs), [ev], [], i, ts, pid, {xid}, app)
+        incs.append(inc)
+        gpu.by_xid[xid].append(inc)
         if pid is not None:
             gpu.by_pid[pid].append(inc)
-        if ev.xid not in CONSEQUENCE_XIDS:
+        if xid not in CONSEQUENCE_XIDS:
             gpu.causes.append(inc)
             if pid is None:
                 gpu.causes_nopid.append(inc)

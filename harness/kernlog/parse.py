@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -391,7 +391,7 @@ def _parse_body(report: str, general: bool = False) -> _Body | None:
 # gives (upper-case tokens cannot spell "Graphics" or "caused by"; a client that is itself
 # GPC<n> is refused, decode_mmu reads that as a GPC with no client); anything else takes the
 # general path. tests/test_kernlog_fastpath.py checks the two agree.
-_MMU_FAST_RE = re.compile(
+_MMU_FAST_RE = _Lazy(
     r"(?:channel 0x|Ch )(?P<ch>[0-9A-Fa-f]{8}), intr [0-9A-Fa-f]{8}\. MMU Fault: ENGINE (?P<engine>[A-Z0-9_]{1,64}) "
     r"(?:GPC(?P<gpc>[0-9]{1,4}) )?(?!GPC[0-9]{1,4} )(?P<client>[A-Z0-9_]{1,64}) "
     r"faulted @ (?P<addr>0x(?P<hi>[0-9A-Fa-f]{1,16})_(?P<lo>[0-9A-Fa-f]{1,16}))\. "
@@ -445,7 +445,7 @@ def _decode_message_general(message: str) -> tuple[MmuFault | None, GrException 
 # next, and no two alternatives can match the same text. The (?!pid=|name=) guard stops the regex
 # from skipping a pid/name it cannot read and calling it the message. DOTALL: the general path
 # keeps a line's inner "\n" in the message, so must this.
-_FAST_RE = re.compile(
+_FAST_RE = _Lazy(
     r"(?:(?P<pri>\d{1,5}),(?P<seq>\d{1,20}),(?P<us>\d{1,20}),[^;,]{0,4};|"           # /dev/kmsg record
     r"\[(?P<wall>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\] |"   # dmesg -T
     r"(?P<iso>" + _ISO_TIME + ") |"                                                 # dmesg --time-format iso
@@ -463,7 +463,8 @@ _FAST_RE = re.compile(
     r"(?:(?P<mmu>" + _MMU_FAST_RE.pattern.replace("?P<", "?P<m_") + r")(?=\s*\Z)|(?P<msg>\S.*))",
     re.DOTALL,
 )
-_fast_match = _FAST_RE.match
+# (compiled when first used: where the compiled reader of kernlog/_scan.c takes every line of a log,
+# as on raw dmesg and /dev/kmsg, the process never needs it)
 _UNKNOWN_NAMES = frozenset(("", "<unknown>", "'<unknown>'"))
 #: Xid number -> catalog category, filled as numbers are met (a dict lookup is cheaper than a call
 #: of the cached classify() on every line)
@@ -505,7 +506,7 @@ def parse_line(line: str) -> XidEvent | None:
     Never raises on any ``str``: containers it does not know are ignored (the event then has no
     ``ts``/``wall``), and a line cut before its Xid number gives None.
     """
-    m = _fast_match(line)
+    m = _FAST_RE.match(line)
     if m is None:
         return _parse_general(line, cached=True)
     # The fast pre-filter read the whole line in one match; these are the fields the general
@@ -650,11 +651,10 @@ class ScanResult(msgspec.Struct, frozen=True, gc=False):
     unparsed: tuple[str, ...]
 
 
-def _result(lines: Iterable[str]) -> ScanResult:
+def _result(lines: list[str]) -> ScanResult:
     events: list[XidEvent] = []
     unparsed: list[str] = []
-    for line in lines:
-        ev = parse_line(line)
+    for line, ev in zip(lines, parse_lines(lines), strict=True):
         if ev is None:
             unparsed.append(line.rstrip("\r"))
         else:
@@ -681,13 +681,81 @@ def decode_lines(raw: list[bytes]) -> list[str]:
     return [b.decode("utf-8", "replace") for b in raw]
 
 
+def _find_text_lines(buf: Any, pos: int, end: int, final: bool) -> tuple[list[str], int, bool]:
+    """:func:`find_lines` on bytes with the lines decoded: the pure-Python route of :func:`find_text_lines`."""
+    raw, keep, skipping = find_lines(buf, pos, end, final, MARKER_B, b"\n")
+    return decode_lines(raw), keep, skipping
+
+
+def _native() -> Any:
+    """The compiled module (``_scan.c``, built by pip install when a C compiler is there), or None."""
+    import importlib
+
+    try:  # by name: the module exists only where it was built (for mypy too)
+        return importlib.import_module("faulthunt.kernlog._scan")
+    except ImportError:
+        return None
+
+
+def _native_lines() -> Callable[[Any, int, int, bool], tuple[list[str], int, bool]] | None:
+    """The compiled line finder, or None."""
+    native_module = _native()
+    if native_module is None:
+        return None
+    lines = native_module.lines
+
+    def native(buf: Any, pos: int, end: int, final: bool) -> tuple[list[str], int, bool]:
+        return lines(buf, pos, end, final, MARKER_B, MAX_SIDE)  # type: ignore[no-any-return]
+
+    return native
+
+
+#: ``find_text_lines(buf, pos, end, final)``: :func:`find_lines` on bytes (bytes, bytearray, mmap), the
+#: candidate lines decoded (UTF-8, undecodable bytes replaced). The compiled finder when it is built
+#: (the search, the cut and the decoding in C: a third of a 1M-line log's scan time), else the
+#: pure-Python :func:`find_lines` + :func:`decode_lines`; both give the same lines
+#: (tests/test_kernlog_native.py).
+find_text_lines = _native_lines() or _find_text_lines
+
+
+def _parse_lines(lines: list[str]) -> list[XidEvent | None]:
+    """:func:`parse_line` of each line: the pure-Python route of :func:`parse_lines`."""
+    return list(map(parse_line, lines))
+
+
+def _native_parse() -> Callable[[list[str]], list[XidEvent | None]] | None:
+    """The compiled reader of the commonest line shapes, every other line given to :func:`parse_line`; or None."""
+    native_module = _native()
+    if native_module is None:
+        return None
+    native_module.configure(XidEvent, MmuFault, _CATEGORY, _category, _decode_message, GPU_VA_BITS)
+    parse = native_module.parse_lines
+
+    def native(lines: list[str]) -> list[XidEvent | None]:
+        return parse(lines, parse_line)  # type: ignore[no-any-return]
+
+    return native
+
+
+#: ``parse_lines(lines)``: :func:`parse_line` of each line, in order. Compiled when built: raw dmesg
+#: and /dev/kmsg lines of the usual shape are read in C (a strict subset of the fast pre-filter,
+#: the Xid 31 page fault built there too, other messages decoded by :func:`_decode_message`), every
+#: other line by :func:`parse_line`; the records are the same (tests/test_kernlog_native.py).
+parse_lines = _native_parse() or _parse_lines
+
+#: ``native_table(events, titles, detail, width) -> str | None``: the Xid table's rows laid out in C
+#: (cli/xid.py ``_write_rows`` says what they are), or None where the compiled module is not built.
+native_table: Callable[[list[XidEvent], dict[int, str], Callable[[XidEvent], str], int], str | None] | None = \
+    getattr(_native(), "table", None)
+
+
 def scan_bytes(data: bytes | bytearray | mmap.mmap) -> ScanResult:
     """:func:`scan_text` for raw bytes (a file, ``dmesg`` output) without decoding the whole buffer.
 
     Candidate lines are found on the bytes and only those are decoded (UTF-8, undecodable bytes
     replaced), so binary junk elsewhere in the log costs nothing and never raises.
     """
-    return _result(decode_lines(find_lines(data, 0, len(data), True, MARKER_B, b"\n")[0]))
+    return _result(find_text_lines(data, 0, len(data), True)[0])
 
 
 # --- the driver's GPU UUID lines and PCI spellings: one implementation, in kernlog.pci ------------------

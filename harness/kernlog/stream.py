@@ -1,8 +1,8 @@
 """Reading a kernel log from a stream (a file, a pipe) in bounded memory, for the parser.
 
 :class:`StreamScan` is the I/O edge of :mod:`faulthunt.kernlog.parse`: it reads chunks, finds the
-candidate lines with :func:`~faulthunt.kernlog.parse.find_lines` (the routine ``scan_text`` and
-``scan_bytes`` use) and hands each to :func:`~faulthunt.kernlog.parse.parse_line`, so a streamed
+candidate lines with :func:`~faulthunt.kernlog.parse.find_text_lines` (the routine ``scan_bytes`` uses)
+and hands them to :func:`~faulthunt.kernlog.parse.parse_lines`, so a streamed
 scan gives exactly the events of a whole-buffer scan (tests/test_kernlog_stream.py).
 """
 
@@ -15,7 +15,8 @@ import stat
 from collections.abc import Iterator
 from typing import Protocol
 
-from faulthunt.kernlog.parse import MARKER_B, MAX_SIDE, decode_lines, find_lines, parse_line
+from faulthunt.kernlog import parse
+from faulthunt.kernlog.parse import MARKER_B, MAX_SIDE
 from faulthunt.records.xid import XidEvent
 
 class Readable(Protocol):
@@ -99,8 +100,7 @@ class StreamScan:
 
     def __iter__(self) -> Iterator[tuple[XidEvent | None, str]]:
         for lines in self.batches():
-            for line in lines:
-                yield parse_line(line), line
+            yield from zip(parse.parse_lines(lines), lines)
 
     def batches(self) -> Iterator[list[str]]:
         """The candidate lines (decoded, not yet parsed), a list per chunk read, in input order.
@@ -114,6 +114,7 @@ class StreamScan:
         have = 0  # bytes of buf holding data not yet scanned past
         skipping = False
         eof = False
+        find_text_lines = parse.find_text_lines  # compiled when built, else pure Python
         while not eof:
             want = len(buf) - have
             if self._limit is not None:
@@ -134,9 +135,9 @@ class StreamScan:
                     have = 0  # still inside the over-long line: drop what was read
                     continue
                 start, skipping = nl + 1, False
-            lines, keep, skipping = find_lines(buf, start, have, eof, MARKER_B, b"\n")
+            lines, keep, skipping = find_text_lines(buf, start, have, eof)
             if lines:
-                yield decode_lines(lines)
+                yield lines
             # the unfinished tail moves to the front; _lines needs nothing before it
             buf[:have - keep] = buf[keep:have]
             have -= keep

@@ -21,7 +21,7 @@ most 3x the baseline on every input shape, so that no quadratic path can hide:
 
 Ours runs as a user's install runs it: faulthunt laid out as ``pip install`` lays it out (the
 package in a site directory of a fresh virtual environment, a console script, compiled modules
-cached), not through the development checkout's editable install, whose import hook (pathlib,
+cached, kernlog's optional compiled part when the checkout has it built -- the note says which), not through the development checkout's editable install, whose import hook (pathlib,
 urllib and more, imported by every process of the venv) adds ~15 ms of start-up that no user's
 install has; the note gives that editable command's median too. Each row also records the CPU time
 (user + system) of every run of both sides: the per-pair CPU ratio is less disturbed than wall time
@@ -190,6 +190,13 @@ def _installed() -> str:
     return str(script)
 
 
+def _compiled() -> bool:
+    """Whether the install the rows run has kernlog's compiled part (built in the checkout by
+    ``pip install -e .``, copied with it; without it faulthunt takes its pure-Python route)."""
+    site = Path(_installed()).parents[2] / "site" / "faulthunt" / "kernlog"
+    return any(site.glob("_scan*.so"))
+
+
 def _cpu_timed(run: Callable[[], object], into: list[float]) -> Callable[[], object]:
     """``run``, recording the CPU time (user + system) of the process it waits for in ``into``."""
 
@@ -232,7 +239,8 @@ def _row(name: str, writer: Callable[[Path, int], int], args: list[str], quick: 
         produced = _lines(ours_out) if count_json else None
     ok = grepped == expected and (produced is None or produced == expected)
     note = (f"{n:,} lines ({size_mb:.0f} MB), {expected:,} Xid lines; {_cpu_note(ours_cpu, base_cpu)}; "
-            f"editable install {editable_t.median:.3g}s"
+            f"editable install {editable_t.median:.3g}s; compiled part (kernlog/_scan.c) "
+            + ("built" if _compiled() else "NOT built: the pure-Python route")
             + ("" if ok else f"; MISMATCH grep={grepped} ours={produced} expected={expected}"))
     return Row(capability=f"kernlog: xid parse, {name}", ours=f"faulthunt xid parse {' '.join(args)}".strip(),
                baseline="grep 'NVRM: Xid' > out", ours_t=ours_t, base_t=base_t, goal="<= 3x", goal_ratio=3.0,
