@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FL_ABI 2
+#define FL_ABI 3
 #define EXPORT __attribute__((visibility("default")))
 
 /* ---- CUPTI declarations (cupti_callbacks.h / cupti_activity.h, CUDA 13), for the defaults ---- */
@@ -204,6 +204,7 @@ typedef struct fl_sink {
     uint64_t touched; /* file offset up to which pages past pos were faulted in ahead (prefault) */
 } fl_sink;
 
+static void bucket_fill(void); /* the sampled stacks' bucket, refilled at each test change */
 static volatile unsigned g_gen = 1;
 static fl_sink *volatile g_sink; /* where the C-side records go (set by native.py) */
 static void after_fork_child(void);
@@ -371,6 +372,7 @@ EXPORT void fl_set_test(const char *json, size_t n) {
     slot->json = copy;
     g_ring_n++;
     pthread_mutex_unlock(&g_test_mu);
+    bucket_fill(); /* a new test: its first allocations keep their stacks */
 }
 
 /* Append the JSON of the test running at wall time t (t < 0: now); null when unknown. */
@@ -409,8 +411,9 @@ static volatile int64_t g_last_flush; /* monotonic ns */
 static volatile int64_t g_last_ok_sync, g_last_kernel_end; /* wall ns: the launch-time estimate */
 static pthread_mutex_t g_flush_mu = PTHREAD_MUTEX_INITIALIZER;
 /* counters: launches (callback), syncs, memory records, kernel records, flushes, buffer errors,
-   estimated kernel times, records lost (no sink) */
-enum { S_LAUNCH, S_SYNC, S_MEM, S_KER, S_FLUSH, S_BUFERR, S_EST, S_LOST, S_N };
+   estimated kernel times, records lost (no sink), allocation stacks taken, allocation stacks left
+   out by sampling */
+enum { S_LAUNCH, S_SYNC, S_MEM, S_KER, S_FLUSH, S_BUFERR, S_EST, S_LOST, S_STACKS, S_UNSTACKED, S_N };
 static volatile uint64_t g_stats[S_N];
 static const char *MEMKINDS[] = {"unknown", "pageable", "pinned", "device", "array", "managed",
                                  "device_static", "managed_static"};
@@ -471,6 +474,45 @@ EXPORT void fl_policy(int launch_records, int flush_on_launch, int64_t gap_ns, i
 }
 
 EXPORT void fl_stack_provider(void *fn) { g_stack = (stack_fn)fn; }
+
+/* Sampled allocation stacks (--ledger auto): a stack costs a call into Python, which an
+   allocation-heavy loop pays on every driver allocation. A token bucket decides instead: full
+   (burst tokens) at every change of the running test, then one token back every refill_ns, so a
+   test's first allocations (the buffers it sets up) keep their stacks and a loop pays for a few.
+   burst 0: every allocation (sampling off, the default). */
+static int64_t g_burst, g_refill_ns, g_tokens, g_tokens_t;
+static pthread_mutex_t g_bucket_mu = PTHREAD_MUTEX_INITIALIZER;
+
+EXPORT void fl_stack_sampling(int64_t burst, int64_t refill_ns) {
+    pthread_mutex_lock(&g_bucket_mu);
+    g_burst = burst > 0 ? burst : 0; g_refill_ns = refill_ns > 0 ? refill_ns : 0;
+    g_tokens = g_burst; g_tokens_t = now_ns(CLOCK_MONOTONIC);
+    pthread_mutex_unlock(&g_bucket_mu);
+}
+
+static void bucket_fill(void) {
+    pthread_mutex_lock(&g_bucket_mu);
+    g_tokens = g_burst; g_tokens_t = now_ns(CLOCK_MONOTONIC);
+    pthread_mutex_unlock(&g_bucket_mu);
+}
+
+/* 1: take this allocation's stack */
+static int stack_due(void) {
+    if (!g_burst) return 1;
+    int take = 0;
+    pthread_mutex_lock(&g_bucket_mu);
+    if (g_tokens <= 0 && g_refill_ns) {
+        int64_t now = now_ns(CLOCK_MONOTONIC), back = (now - g_tokens_t) / g_refill_ns;
+        if (back > 0) {
+            g_tokens = back < g_burst ? back : g_burst;
+            g_tokens_t = now;
+        }
+    }
+    if (g_tokens > 0) { g_tokens--; take = 1; }
+    pthread_mutex_unlock(&g_bucket_mu);
+    g_stats[take ? S_STACKS : S_UNSTACKED]++;
+    return take;
+}
 
 EXPORT void fl_stats(uint64_t *out, int n) { for (int i = 0; i < n && i < S_N; i++) out[i] = g_stats[i]; }
 
@@ -678,7 +720,8 @@ EXPORT void fl_cupti_callback(void *userdata, int domain, uint32_t cbid, const v
             g_dirty = 1;
             stack_fn st = g_stack;
             /* as the Python route: stacks on allocations, on frees too with STACKS=all */
-            if (st && !t_refined && (kind == KIND_ALLOC ? g_alloc_stacks : g_launch_stacks)) st(cid, kind);
+            if (st && !t_refined && (kind == KIND_ALLOC ? g_alloc_stacks && stack_due() : g_launch_stacks))
+                st(cid, kind);
         } else if (failed(cbdata)) {
             fl_flush(); /* an allocation call returned an error: maybe the sticky one of a fault */
         }
@@ -791,6 +834,7 @@ static void after_fork_child(void) {
     pthread_mutex_init(&g_test_mu, NULL);
     pthread_mutex_init(&g_pend_mu, NULL);
     pthread_mutex_init(&g_flush_mu, NULL);
+    pthread_mutex_init(&g_bucket_mu, NULL);
 }
 
 /* ---- a flush on the way down (fatal signals) ---- */

@@ -137,6 +137,10 @@ class NativeCuptiSource:
         lib.fl_policy(int(self.launches == "callback"), int(os.environ.get(FLUSH_ENV, "sync") == "launch"),
                       int(FLUSH_GAP * 1e9), int(self.launches == "activity"), int(w.alloc_stacks),
                       int(w.all_stacks), BUFFER_SIZE)
+        if w.sampler is not None:
+            lib.fl_stack_sampling(w.sampler.burst, int(w.sampler.refill * 1e9))
+        else:
+            lib.fl_stack_sampling(0, 0)
         self._provider = native.STACK_PROVIDER(self._stack)  # kept: C holds its address
         lib.fl_stack_provider(ctypes.cast(self._provider, ctypes.c_void_p).value)
         self._encoded: dict[str, bytes] = {}
