@@ -232,10 +232,13 @@ class StackSampler:
     changes, one token back every ``refill`` seconds, never more than ``burst``. ``clock`` and
     ``nodeid`` are injectable for tests."""
 
-    def __init__(self, burst: int = SAMPLE_BURST, refill: float = SAMPLE_REFILL,
+    def __init__(self, burst: int | None = None, refill: float | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  nodeid: Callable[[], Any] = lambda: context.current_nodeid) -> None:
-        self.burst, self.refill, self.clock, self.nodeid = burst, refill, clock, nodeid
+        self.burst = SAMPLE_BURST if burst is None else burst
+        self.refill = SAMPLE_REFILL if refill is None else refill
+        self.clock, self.nodeid = clock, nodeid
+        burst = self.burst
         self.tokens, self.since, self.test = burst, clock(), nodeid()
         self.taken = self.left_out = 0
 
