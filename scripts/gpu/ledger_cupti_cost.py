@@ -10,6 +10,7 @@ reverse) with ``off``; a sample's ratio is against the ``off`` sample of the sam
 
 ``cupti``        the source as it is (stacks of driver allocations taken in Python)
 ``nostack``      no Python stack for driver allocations (FAULTHUNT_LEDGER_STACKS=off)
+``sampled``      stacks sampled as under ``--ledger auto`` (FAULTHUNT_LEDGER_STACKS=sampled)
 ``noalloc_cb``   no callbacks on the allocation entry points (MEMORY2 records still on)
 ``nomem2``       no MEMORY2 activity (callbacks, stacks as ``cupti``)
 ``launch_only``  launch and synchronization callbacks only (no MEMORY2, no allocation callbacks)
@@ -33,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ledger_probe import loop_runner
 
-VARIANTS = ("off", "cupti", "nostack", "stack_cb", "noalloc_cb", "nomem2", "launch_only", "mem2_only")
+VARIANTS = ("off", "cupti", "nostack", "sampled", "stack_cb", "noalloc_cb", "nomem2", "launch_only", "mem2_only")
 N, SAMPLES, ROUNDS = 3000, 3, 2
 
 
@@ -60,8 +61,8 @@ def run_loop(fw: str, variant: str, n: int, samples: int, ledger_dir: str) -> No
     info: dict = {}
     if variant != "off":
         os.environ.setdefault("FAULTHUNT_LEDGER_ROUTE", "native")
-        if variant == "nostack":
-            os.environ["FAULTHUNT_LEDGER_STACKS"] = "off"
+        if variant in ("nostack", "sampled"):
+            os.environ["FAULTHUNT_LEDGER_STACKS"] = "off" if variant == "nostack" else "sampled"
         _patch(variant)
         from faulthunt.ledger import install
 
