@@ -286,6 +286,8 @@ class Run:
     def keep_ledgers(self) -> None:
         """A few ledgers as evidence, each cut to its first 4000 lines."""
         picks = [p for p in (WORK / "probe").glob("*/ledgers/*_wild") if p.is_dir()]
+        # CuPy at the segment level (auto) and per array (full): the mapper's note and its absence
+        picks += [p for p in (WORK / "probe").glob("*/ledgers/cupy_slack") if p.is_dir()]
         picks += [p for p in (WORK / "loops").glob("cupy_*_0") if p.is_dir()]
         with tarfile.open(self.out / "ledgers.tgz", "w:gz") as tar:
             for d in picks:
