@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from faulthunt import context
 from faulthunt.ledger import cupti_source, install, native, uninstall, writer
-from faulthunt.ledger.reader import build_ledger
+from faulthunt.ledger.reader import build_ledger, load_ledger
 from faulthunt.ledger.writer import StackSampler
 from faulthunt.mapper import LEAN_MAP_NOTE, map_address
 
 from cupti_standin import CB_ALLOC, CB_SYNC, ILLEGAL_ADDRESS
+from test_ledger_cupti_raw import CALLBACK_DATA
 from test_ledger_native import BASE, _records, _start
 # the compiled library and the stand-in libcupti, as test_ledger_native sets them up (fixtures)
 from test_ledger_native import compiled, native_lib, standin  # noqa: F401
@@ -173,3 +175,51 @@ def test_the_mapper_says_when_per_array_bounds_were_not_recorded(lean):
     far = map_address(_ledger(lean), BASE + (1 << 36), at=3.0)
     assert far.verdict == "unmapped" and LEAN_MAP_NOTE not in (far.note or "")
 
+
+
+# --- allocation lines from the callbacks (FAULTHUNT_LEDGER_ALLOCS=callback) -------------------------
+
+def test_allocations_from_the_callbacks_need_no_memory2_and_no_flush(request, tmp_path, monkeypatch):
+    from faulthunt.ledger import cupti_native
+
+    lib, cupti = _fixtures(request)
+    monkeypatch.setenv(cupti_native.ALLOCS_ENV, "callback")
+    monkeypatch.setenv(writer.STACKS_ENV, "alloc")
+    w, src, _ = _start(tmp_path, "native", monkeypatch)
+    assert src.allocs == "callback" and cupti.cupti.ActivityKind.MEMORY2 not in cupti.activities
+    flushes = cupti.flushes
+    try:
+        context.set_current("t.py::test_a", "t.py::test_a")
+        cupti.mem_alloc(5, BASE, 4000)
+        cupti.mem_alloc(6, 0, 1 << 40, result=2)  # out of memory: nothing allocated, nothing written
+        cupti.mem_free(7, BASE)
+        cupti.mem_free(8, 0)  # cuMemFree(0) frees nothing
+        assert cupti.flushes - flushes == 1  # the failed call's (a sticky error's) flush only
+    finally:
+        context.set_current(None, None)
+        src.stop()
+        w.close()
+    recs = [r for r in _records(w) if r["event"] in ("alloc", "free")]
+    assert [(r["event"], r["address"], r.get("size"), r["via"], r["nodeid"]) for r in recs] == [
+        ("alloc", BASE, 4000, "callback", "t.py::test_a"), ("free", BASE, None, "callback", "t.py::test_a")]
+    assert any("_alloc" in f or "test_allocations" in f for f in recs[0]["stack"])
+    lives = load_ledger(tmp_path / "native").pids[recs[0]["pid"]].containers
+    assert len(lives) == 1
+
+
+def test_allocations_from_the_callbacks_are_refused_without_function_params(request, tmp_path, monkeypatch):
+    from faulthunt.ledger import cupti_native
+
+    _lib, cupti = _fixtures(request)
+    monkeypatch.setenv(cupti_native.ALLOCS_ENV, "callback")
+    names = [n for n in CALLBACK_DATA.names if n != "function_params"]
+    monkeypatch.setattr(cupti.cupti, "callback_data_dtype", np.dtype({
+        "names": names, "formats": [CALLBACK_DATA.fields[n][0] for n in names],
+        "offsets": [CALLBACK_DATA.fields[n][1] for n in names], "itemsize": CALLBACK_DATA.itemsize}))
+    w, src, said = _start(tmp_path, "native", monkeypatch)
+    try:
+        assert src.allocs == "activity" and cupti.cupti.ActivityKind.MEMORY2 in cupti.activities
+        assert any("function_params" in m for m in said)
+    finally:
+        src.stop()
+        w.close()

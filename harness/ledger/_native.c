@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FL_ABI 3
+#define FL_ABI 4
 #define EXPORT __attribute__((visibility("default")))
 
 /* ---- CUPTI declarations (cupti_callbacks.h / cupti_activity.h, CUDA 13), for the defaults ---- */
@@ -108,7 +108,7 @@ typedef struct {
 } fl_ActivityKernelPrefix;
 
 /* Field lists, in the order native.py passes offsets (keep in step with native.py's FIELDS). */
-enum { CB_SITE, CB_SYMBOL, CB_RESULT, CB_CID, CB_N };
+enum { CB_SITE, CB_SYMBOL, CB_RESULT, CB_CID, CB_PARAMS, CB_N };
 enum { M_KIND, M_OP, M_MEMKIND, M_CID, M_ADDR, M_BYTES, M_TS, M_DEV, M_STREAM, M_ASYNC, M_POOLTYPE,
        M_POOLADDR, M_N };
 enum { K_KIND, K_START, K_END, K_DEV, K_STREAM, K_CID, K_NAME, K_GX, K_GY, K_GZ, K_BX, K_BY, K_BZ, K_N };
@@ -117,7 +117,8 @@ typedef struct { int32_t off, size; } fl_field;
 
 static const fl_field DEF_CB[CB_N] = {
     {offsetof(fl_CallbackData, callbackSite), 4}, {offsetof(fl_CallbackData, symbolName), 8},
-    {offsetof(fl_CallbackData, functionReturnValue), 8}, {offsetof(fl_CallbackData, correlationId), 4}};
+    {offsetof(fl_CallbackData, functionReturnValue), 8}, {offsetof(fl_CallbackData, correlationId), 4},
+    {offsetof(fl_CallbackData, functionParams), 8}};
 static const fl_field DEF_MEM[M_N] = {
     {offsetof(fl_ActivityMemory4, kind), 4}, {offsetof(fl_ActivityMemory4, memoryOperationType), 4},
     {offsetof(fl_ActivityMemory4, memoryKind), 4}, {offsetof(fl_ActivityMemory4, correlationId), 4},
@@ -685,6 +686,82 @@ static void rec_kernel(const uint8_t *a) {
     g_stats[S_KER]++;
 }
 
+/* ---- allocation lines from the callback (FAULTHUNT_LEDGER_ALLOCS=callback) ----
+   Instead of MEMORY2 activity records, each allocation API's exit callback reads the address and
+   size from the call's own parameters (cuda.h's <api>_params structures; where each field lies
+   is set per callback id by cupti_native.py) and writes the line at once: no activity record and
+   no forced flush for allocations. modes: 1 alloc, *(CUdeviceptr *)p[addr] and size p[size];
+   2 alloc, address p[addr] and size p[size] (cuMemMap); 3 pitched alloc, *(CUdeviceptr *)p[addr],
+   size *(size_t *)p[aux] * p[size]; 4 free of p[addr]; 5 free of p[addr] with size p[size]. */
+typedef struct { int8_t mode, addr_off, size_off, aux_off; uint8_t memkind, async; } fl_param;
+static fl_param g_cbparam[MAX_CBID];
+static int g_alloc_callbacks;
+
+EXPORT int fl_cbparams(uint32_t cbid, int mode, int addr_off, int size_off, int aux_off, int memkind,
+                       int async) {
+    if (cbid >= MAX_CBID || mode < 0 || mode > 5 || memkind < 0 || memkind > 7) return -1;
+    g_cbparam[cbid] = (fl_param){(int8_t)mode, (int8_t)addr_off, (int8_t)size_off, (int8_t)aux_off,
+                                 (uint8_t)memkind, (uint8_t)async};
+    return 0;
+}
+
+/* 1: allocation lines from the callbacks (the caller leaves MEMORY2 off); needs function_params */
+EXPORT int fl_alloc_source(int callbacks) {
+    if (callbacks && g_cb[CB_PARAMS].size != 8) return -1;
+    g_alloc_callbacks = callbacks;
+    return 0;
+}
+
+static uint64_t rd8(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static void rec_api_memory(uint32_t cbid, const void *cbdata, uint32_t cid) {
+    const fl_param *pp = &g_cbparam[cbid];
+    const uint8_t *params = (const uint8_t *)(uintptr_t)rd(cbdata, g_cb[CB_PARAMS]);
+    if (!params) return;
+    uint64_t addr = 0, size = 0, ptr;
+    int alloc = pp->mode <= 3, sized = pp->mode != 4;
+    switch (pp->mode) {
+    case 1: case 3:
+        ptr = rd8(params + pp->addr_off);
+        if (!ptr) return;
+        addr = rd8((const uint8_t *)(uintptr_t)ptr);
+        size = rd8(params + pp->size_off);
+        if (pp->mode == 3) {
+            uint64_t pitch = rd8(params + pp->aux_off);
+            size = pitch ? rd8((const uint8_t *)(uintptr_t)pitch) * size : 0;
+        }
+        break;
+    case 2: case 4: case 5:
+        addr = rd8(params + pp->addr_off);
+        if (sized) size = rd8(params + pp->size_off);
+        break;
+    default:
+        return;
+    }
+    if (!addr) return; /* cuMemFree(0) frees nothing */
+    char *stack = pending_take(cid); /* a free has one with FAULTHUNT_LEDGER_STACKS=all */
+    int64_t t = now_ns(CLOCK_REALTIME), m = now_ns(CLOCK_MONOTONIC);
+    fl_buf b; b_init(&b);
+    b_s(&b, alloc ? "{\"event\":\"alloc\"" : "{\"event\":\"free\"");
+    b_t(&b, ",\"t\":", t);
+    b_t(&b, ",\"t_mono\":", m);
+    b_s(&b, ",\"pid\":"); b_i(&b, g_sink ? g_sink->pid : 0);
+    b_s(&b, ",\"nodeid\":"); b_test_at(&b, -1);
+    b_s(&b, ",\"source\":\"cupti\",\"address\":"); b_u(&b, addr);
+    b_s(&b, ",\"kind\":\"device\"");
+    if (sized) { b_s(&b, alloc ? ",\"size\":" : ",\"size_released\":"); b_u(&b, size); }
+    b_s(&b, ",\"memory_kind\":\""); b_s(&b, MEMKINDS[pp->memkind]);
+    b_s(&b, "\",\"correlation_id\":"); b_u(&b, cid);
+    if (pp->async) b_s(&b, ",\"async\":true");
+    b_s(&b, ",\"api\":"); b_js(&b, g_cbname[cbid] ? g_cbname[cbid] : "?");
+    b_s(&b, ",\"via\":\"callback\"");
+    if (stack) { b_s(&b, ",\"stack\":"); b_s(&b, stack); free(stack); }
+    b_s(&b, "}\n");
+    put_line(&b);
+    b_free(&b);
+    g_stats[S_MEM]++;
+}
+
 /* ---- flushing ---- */
 EXPORT int fl_flush(void) {
     pthread_mutex_lock(&g_flush_mu);
@@ -716,6 +793,20 @@ EXPORT void fl_cupti_callback(void *userdata, int domain, uint32_t cbid, const v
     int enter = (int32_t)rd(cbdata, g_cb[CB_SITE]) == g_enter_site;
     uint32_t cid = (uint32_t)rd(cbdata, g_cb[CB_CID]);
     if (kind == KIND_ALLOC || kind == KIND_FREE) {
+        if (g_alloc_callbacks && g_cbparam[cbid].mode) {
+            /* the line is written at exit from the call's parameters: nothing waits in a buffer */
+            if (enter) {
+                stack_fn st = g_stack;
+                if (st && !t_refined && (kind == KIND_ALLOC ? g_alloc_stacks && stack_due() : g_launch_stacks))
+                    st(cid, kind);
+            } else if (failed(cbdata)) {
+                free(pending_take(cid));
+                fl_flush(); /* a sticky error: the kernels' records (native-activity) before it */
+            } else {
+                rec_api_memory(cbid, cbdata, cid);
+            }
+            return;
+        }
         if (enter) {
             g_dirty = 1;
             stack_fn st = g_stack;
