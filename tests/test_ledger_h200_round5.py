@@ -34,7 +34,7 @@ def _jsonl(name: str) -> list[dict]:
 
 def test_every_planted_fault_got_its_verdict_under_the_mode_that_records_it() -> None:
     probe = _jsonl("probe.jsonl")
-    assert {r["route"] for r in probe} == {"full", "auto"}
+    assert {"full", "auto"} <= {r["route"] for r in probe}
     assert sum(1 for r in probe if r["route"] == "full") == 16
     assert all(r["ok"] and r["verdict"] == r["expect"] for r in probe), [r for r in probe if not r["ok"]]
     lean = {r["case"]: r for r in probe if r["route"] == "auto"}
@@ -44,12 +44,12 @@ def test_every_planted_fault_got_its_verdict_under_the_mode_that_records_it() ->
 
 
 def test_every_loop_recorded_every_launch_and_auto_sampled_its_stacks() -> None:
-    loops = [r for r in _jsonl("loops.jsonl") if r["config"] in ("auto", "full", "auto/allstacks")]
+    loops = [r for r in _jsonl("loops.jsonl") if r["config"] in ("auto", "full", "auto/allstacks", "auto/cballoc")]
     assert loops and all(r["rc"] == 0 for r in loops)
     assert all(r["records"]["launch"] == 9001 and r["records"]["skipped"] == 0 for r in loops if r.get("records"))
     for r in loops:
-        assert r["stacks"] == ("sampled" if r["config"] == "auto" else "alloc")
-        if r["config"] == "auto" and r["loop"] != "cupy":  # CuPy's pool calls the driver a few times only
+        assert r["stacks"] == ("alloc" if r["config"] in ("full", "auto/allstacks") else "sampled")
+        if r["config"] in ("auto", "auto/cballoc") and r["loop"] != "cupy":  # CuPy's pool calls the driver a few times only
             assert r["stats"]["alloc_stacks_sampled_out"] > 0
 
 

@@ -14,7 +14,8 @@ host lands on every configuration. A sample's ratio is against the ``off`` sampl
 round and index. Round 5 (issue 16) measures ``auto`` (the default: driver-level records, CuPy's
 MemoryHook and numba's EMM left to ``full``, driver allocations' stacks sampled), ``full`` (every
 per-array record, a stack on every allocation: what round 4 called ``native``) and
-``auto/allstacks`` (auto with a stack on every driver allocation: what the sampling saves);
+``auto/allstacks`` (auto with a stack on every driver allocation: what the sampling saves) and
+``auto/cballoc`` (auto with allocation lines from the callbacks, FAULTHUNT_LEDGER_ALLOCS=callback);
 ``hook_noop`` is CuPy with a registered MemoryHook that does nothing and no ledger (CuPy's own
 dispatch of a hook). Round 4's route configurations stay in :data:`CONFIGS` for a rerun.
 
@@ -25,7 +26,8 @@ launch before the kernel runs: all N, either way).
 Verdicts: the planted faults of ledger_probe.py (Xid, memcheck, planted address) under ``full``
 (all 16 as expected before) and under ``auto`` (the same, except CuPy's write into a block the
 pool took back and into a block's slack: at the segment level those lie ``inside`` a live
-segment, and the mapping's note says to rerun with ``--ledger full``); with the launches the
+segment, and the mapping's note says to rerun with ``--ledger full``), and the driver-allocation
+cases (past_end, uaf) under ``auto/cballoc``; with the launches the
 mapping lists and those whose time the ledger estimated.
 
 Writes to OUTDIR: summary.txt (the tables), loops.jsonl (every sample), probe.jsonl (every case),
@@ -67,11 +69,13 @@ CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "auto": ("auto", {}),
     "full": ("full", {}),
     "auto/allstacks": ("auto", {"FAULTHUNT_LEDGER_STACKS": "alloc"}),
+    # allocation lines from the callbacks' parameters instead of MEMORY2 records (opt-in)
+    "auto/cballoc": ("auto", {"FAULTHUNT_LEDGER_ALLOCS": "callback"}),
 }
 #: the configurations measured per loop (round 5; round 4's were every route, docs/ledger.md)
 PER_FW = {"cupy": ["off", "auto", "full", "hook_noop"],
-          "numba": ["off", "auto", "full", "auto/allstacks"],
-          "cuda_core": ["off", "auto", "full", "auto/allstacks"]}
+          "numba": ["off", "auto", "full", "auto/allstacks", "auto/cballoc"],
+          "cuda_core": ["off", "auto", "full", "auto/allstacks", "auto/cballoc"]}
 N, SAMPLES, ROUNDS = 3000, 3, 2
 #: seconds from the start after which no new loop process / probe case starts
 LOOP_BUDGET, TOTAL_BUDGET = 190.0, 320.0
@@ -82,7 +86,11 @@ LOOP_BUDGET, TOTAL_BUDGET = 190.0, 320.0
 PROBE_MODES = {
     "full": [c for c in CASES],
     "auto": [c for c in CASES],
+    # allocations from the callbacks: the cases whose verdict rests on a driver allocation record
+    "auto/cballoc": [c for c in CASES if c[1] in ("past_end", "uaf") and c[3] == "xid"],
 }
+#: the environment of each probe mode (the ledger mode is the part before the "/")
+PROBE_ENV = {"auto/cballoc": {"FAULTHUNT_LEDGER_ALLOCS": "callback"}}
 AUTO_EXPECT = {("cupy", "pool_uaf"): "inside", ("cupy", "slack"): "inside"}
 WORK = Path(os.environ.get("BREAKDOWN_WORK", "/tmp/ledger_breakdown"))
 
@@ -261,12 +269,13 @@ class Run:
         have_san = shutil.which("compute-sanitizer") is not None
         got = []
         for mode, cases in PROBE_MODES.items():
-            base = WORK / "probe" / mode
+            base = WORK / "probe" / mode.replace("/", "_")
             base.mkdir(parents=True, exist_ok=True)
             env = {k: v for k, v in os.environ.items() if k != ROUTE}
-            env["FAULTHUNT_LEDGER"] = mode
+            env["FAULTHUNT_LEDGER"] = mode.split("/")[0]
+            env.update(PROBE_ENV.get(mode, {}))
             for fw, fault, expect, evidence in cases:
-                if mode == "auto":
+                if mode.startswith("auto"):
                     expect = AUTO_EXPECT.get((fw, fault), expect)
                 if self.elapsed() > TOTAL_BUDGET:
                     got.append({"route": mode, "case": f"{fw}_{fault}", "ok": False, "reason": "skipped: time budget"})

@@ -15,6 +15,8 @@ reverse) with ``off``; a sample's ratio is against the ``off`` sample of the sam
 ``nomem2``       no MEMORY2 activity (callbacks, stacks as ``cupti``)
 ``launch_only``  launch and synchronization callbacks only (no MEMORY2, no allocation callbacks)
 ``mem2_only``    MEMORY2 activity only, no subscriber at all
+``cballoc``      allocation lines from the callbacks' parameters, no MEMORY2
+                 (FAULTHUNT_LEDGER_ALLOCS=callback), stacks sampled
 ``stack_cb``     as ``cupti`` but the Python stack provider returns at once (the ctypes callback
                  into Python alone)
 
@@ -34,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ledger_probe import loop_runner
 
-VARIANTS = ("off", "cupti", "nostack", "sampled", "stack_cb", "noalloc_cb", "nomem2", "launch_only", "mem2_only")
+VARIANTS = ("off", "cupti", "nostack", "sampled", "cballoc", "stack_cb", "noalloc_cb", "nomem2", "launch_only", "mem2_only")
 N, SAMPLES, ROUNDS = 3000, 3, 2
 
 
@@ -61,8 +63,10 @@ def run_loop(fw: str, variant: str, n: int, samples: int, ledger_dir: str) -> No
     info: dict = {}
     if variant != "off":
         os.environ.setdefault("FAULTHUNT_LEDGER_ROUTE", "native")
-        if variant in ("nostack", "sampled"):
+        if variant in ("nostack", "sampled", "cballoc"):
             os.environ["FAULTHUNT_LEDGER_STACKS"] = "off" if variant == "nostack" else "sampled"
+        if variant == "cballoc":
+            os.environ["FAULTHUNT_LEDGER_ALLOCS"] = "callback"
         _patch(variant)
         from faulthunt.ledger import install
 

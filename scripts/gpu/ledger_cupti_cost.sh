@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Where the compiled CUPTI source's cost on the numba and cuda.core allocation loops goes (issue 16):
+# Where the compiled CUPTI source's cost on the numba allocation loop goes (issue 16):
 # each part taken out in turn (ledger_cupti_cost.py). Run from the repository root on the GPU
 # machine with .whl/ carried, after run_all.sh's install (or alone: it installs the same way).
-# Writes "$OUT/cupti_cost/": cost.txt (medians, min-max), cost.jsonl (every sample). About 80 s.
+# Writes "$OUT/cupti_cost/": cost.txt (medians, min-max), cost.jsonl (every sample). About 90 s.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 dest="$OUT/cupti_cost"
@@ -14,5 +14,5 @@ if [ -d .whl ] && ! python3 -c 'import cupti' 2>/dev/null; then
 fi
 python3 -c 'import faulthunt' 2>/dev/null || \
   python3 -m pip install --no-index --no-deps --no-build-isolation -e . >>"$dest/pip.log" 2>&1
-timeout -k 5 150 python3 scripts/gpu/ledger_cupti_cost.py all "$dest" numba,cuda_core 2>&1 | tail -n 40
+timeout -k 5 150 python3 scripts/gpu/ledger_cupti_cost.py all "$dest" numba 2>&1 | tail -n 40
 echo "rc=${PIPESTATUS[0]}"
