@@ -402,8 +402,35 @@ def _with_guard(v: Verdict, pl: PidLedger, at: float | None) -> Verdict:
         ledger_verdict=v.verdict)
 
 
+#: records at a ledger's start searched for the note of ``--ledger auto`` (``arrays: false``)
+_LEAN_SCAN = 64
+#: said with a verdict from a ledger that left per-array records out
+LEAN_MAP_NOTE = ("per-array bounds were not recorded in this process (--ledger auto records CuPy pool "
+                 "segments, not the arrays in them, and numba's driver frees, not its Python-level ones); "
+                 "rerun the failing test with --ledger full (faulthunt stress --ledger full "
+                 "--faulthunt-id ID) for the array's own bounds")
+
+
+def _arrays_left_out(pl: PidLedger) -> bool:
+    """Did this process's ledger say (its ``--ledger auto`` note) that per-array records are off?
+    Memoized on the ledger; reads back at most its first :data:`_LEAN_SCAN` records."""
+    got = pl.pools.get("arrays_left_out")
+    if got is None:
+        got = False
+        for i in range(min(_LEAN_SCAN, len(pl.records))):
+            r = pl.records[i]
+            if r.get("event") == "note" and r.get("arrays") is False:
+                got = True
+                break
+        pl.pools["arrays_left_out"] = got
+    return got
+
+
 def _map_in_pid(pl: PidLedger, address: int, at: float | None, page: bool) -> Verdict:
-    return _with_guard(_map_generic(pl, address, at, page), pl, at)
+    v = _with_guard(_map_generic(pl, address, at, page), pl, at)
+    if v.verdict in ("unmapped", "null_page") or v.guard is not None or not _arrays_left_out(pl):
+        return v
+    return dataclasses.replace(v, note="; ".join(n for n in (v.note, LEAN_MAP_NOTE) if n))
 
 
 def _map_generic(pl: PidLedger, address: int, at: float | None, page: bool) -> Verdict:

@@ -206,12 +206,16 @@ class StandInLibcupti:
         self.queue.append(rec.tobytes())
 
     # driver calls -------------------------------------------------------------------------------
-    def callback(self, site, cbid, cid, symbol=None, result=0):
-        """One callback (if enabled), with CallbackData as CUPTI lays it out."""
+    def callback(self, site, cbid, cid, symbol=None, result=0, params=None):
+        """One callback (if enabled), with CallbackData as CUPTI lays it out; ``params``: the
+        call's parameter structure (a ctypes object), pointed to by ``function_params``."""
         if self.cb is None or cbid not in self.enabled:
             return
         rec = np.zeros(1, dtype=CALLBACK_DATA)
         rec["callback_site"], rec["correlation_id"] = site, cid
+        if params is not None:
+            self.keep.append(params)
+            rec["function_params"] = ctypes.addressof(params)
         if symbol is not None:
             s = ctypes.create_string_buffer(symbol.encode())
             self.keep.append(s)
@@ -221,7 +225,20 @@ class StandInLibcupti:
         rec["function_return_value"] = ctypes.addressof(res)
         self.cb(None, 1, cbid, rec.ctypes.data)
 
-    def api(self, cbid, cid, symbol=None, result=0):
+    def api(self, cbid, cid, symbol=None, result=0, params=None):
         """A driver call: its callback on entry, then on exit with ``result``."""
-        self.callback(ENTER, cbid, cid, symbol)
-        self.callback(EXIT, cbid, cid, symbol, result)
+        self.callback(ENTER, cbid, cid, symbol, params=params)
+        self.callback(EXIT, cbid, cid, symbol, result, params)
+
+    def mem_alloc(self, cid, address, nbytes, result=0):
+        """cuMemAlloc_v2 as the driver makes it: ``*dptr`` is written before the exit callback."""
+        out = ctypes.c_uint64(0)
+        params = (ctypes.c_uint64 * 2)(ctypes.addressof(out), nbytes)  # CUdeviceptr *dptr; size_t bytesize
+        self.keep.append(out)
+        self.callback(ENTER, CB_ALLOC, cid, params=params)
+        out.value = address if result == 0 else 0
+        self.callback(EXIT, CB_ALLOC, cid, None, result, params)
+
+    def mem_free(self, cid, address, result=0):
+        """cuMemFree_v2(dptr)."""
+        self.api(CB_FREE, cid, result=result, params=(ctypes.c_uint64 * 1)(address))

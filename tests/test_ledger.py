@@ -123,8 +123,12 @@ NO_CUPTI = "cupti-python is not installed"
 
 
 @pytest.mark.parametrize("mode, problem, cupti, refinements, says", [
-    ("auto", None, True, ("numba", "cupy", "torch"), "cupti + refinements"),
+    # auto leaves CuPy's and numba's per-array refinements to full (issue 16); without CUPTI
+    # the refinements are all there is, so every one is armed
+    ("auto", None, True, ("torch",), "--ledger full adds"),
     ("auto", NO_CUPTI, False, ("numba", "cupy", "torch"), "CUPTI unavailable"),
+    ("full", None, True, ("numba", "cupy", "torch"), "cupti + refinements"),
+    ("full", NO_CUPTI, False, ("numba", "cupy", "torch"), "CUPTI unavailable"),
     ("cupti", None, True, (), "cupti (MEMORY2"),
     ("cupti", NO_CUPTI, False, (), "requested but unavailable"),
     ("numba", NO_CUPTI, False, ("numba",), "numba only"),

@@ -18,7 +18,10 @@ stream-ordered pools (``cuMemAllocFromPoolAsync``), which CUPTI's MEMORY2 record
 
 Framework refinements are installed when the framework is imported (a post-import hook), so a
 worker that never imports torch pays nothing for it and one that does is hooked before its first
-allocation. ``mode``: ``auto`` (CUPTI if it works, plus every refinement), ``cupti`` (CUPTI only),
+allocation. ``mode``: ``auto`` (CUPTI if it works, with the refinements that run no Python per array and
+sampled stacks; every refinement when CUPTI cannot record), ``full`` (CUPTI plus every refinement,
+a stack on every allocation: today's per-array records, for reruns of a known failure),
+``cupti`` (CUPTI only),
 ``numba`` / ``cupy`` / ``torch`` (that refinement only), ``off``. What was chosen,
 and why anything was not, is said once on stderr.
 """
@@ -30,6 +33,7 @@ import dataclasses
 import importlib
 import importlib.abc
 import importlib.util
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -38,13 +42,23 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from faulthunt.errors import UsageError
-from faulthunt.ledger.writer import LedgerWriter
+from faulthunt.ledger.writer import SAMPLE_BURST, SAMPLE_REFILL, STACKS_ENV, LedgerWriter, stack_mode
 from faulthunt.records.ledger import EVENT_NOTE
 
-MODES = ("auto", "cupti", "numba", "cupy", "torch", "off")
+MODES = ("auto", "full", "cupti", "numba", "cupy", "torch", "off")
 #: environment variable through which stress tells workers which ledger mode to use
 LEDGER_ENV = "FAULTHUNT_LEDGER"
 REFINEMENTS = ("numba", "cupy", "torch")
+#: the refinements ``auto`` arms beside CUPTI: the ones that run no Python per array (torch's
+#: allocator records its own history in C++; CuPy's MemoryHook and numba's EMM call Python for
+#: every array, which an allocation-heavy loop pays several times over: docs/ledger.md)
+LEAN_REFINEMENTS = ("torch",)
+#: what ``auto`` leaves to ``full``, said in its note (and read back by the mapper: ``arrays``)
+LEAN_NOTE = ("ledger: auto: CuPy arrays and numba's Python-level frees are not recorded (CuPy pool "
+             "segments and numba's driver allocations are, from CUPTI), and driver allocations keep "
+             "their stacks only while sampled (the first {burst} of each test, then up to {rate} a "
+             "second); --ledger full records every array with its stack (for a rerun of a known "
+             "failure: faulthunt stress --ledger full --faulthunt-id ID)")
 #: the module whose import triggers each refinement
 TRIGGER = {"numba": "numba.cuda", "cupy": "cupy", "torch": "torch"}
 #: the faulthunt.ledger module implementing each refinement
@@ -66,6 +80,9 @@ class Plan:
     cupti: bool
     refinements: tuple[str, ...]
     messages: tuple[str, ...]
+    #: ``auto`` with CUPTI: refinements that run Python per array are off and driver allocations'
+    #: stacks are sampled (``full`` is the same without this)
+    lean: bool = False
 
 
 def plan(mode: str, cupti_problem: Callable[[], str | None]) -> Plan:
@@ -82,15 +99,19 @@ def plan(mode: str, cupti_problem: Callable[[], str | None]) -> Plan:
         return Plan(False, (mode,), (f"ledger: {mode} only (armed for when {TRIGGER[mode]} is imported); "
                                      "no driver-level records and no launches without CUPTI",))
     problem = cupti_problem()
+    if mode == "auto" and not problem:
+        return Plan(True, LEAN_REFINEMENTS, (
+            f"ledger: auto: cupti + refinements ({', '.join(LEAN_REFINEMENTS)}, when imported); "
+            "--ledger full adds CuPy's and numba's per-array records",), lean=True)
     if mode == "cupti":
         if problem:
             return Plan(False, (), (f"ledger: cupti requested but unavailable: {problem}",))
         return Plan(True, (), ("ledger: cupti (MEMORY2 activity + launch/sync callbacks)",))
     if problem:
-        msg = (f"ledger: auto: CUPTI unavailable ({problem}); framework refinements only "
+        msg = (f"ledger: {mode}: CUPTI unavailable ({problem}); framework refinements only "
                f"({', '.join(REFINEMENTS)}, each when imported): no launch records")
         return Plan(False, REFINEMENTS, (msg,))
-    return Plan(True, REFINEMENTS, (f"ledger: auto: cupti + refinements ({', '.join(REFINEMENTS)}, each when imported)",))
+    return Plan(True, REFINEMENTS, (f"ledger: {mode}: cupti + refinements ({', '.join(REFINEMENTS)}, each when imported)",))
 
 
 class _HookLoader(importlib.abc.Loader):
@@ -229,6 +250,8 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
             say(m)
         return None
     handle = LedgerHandle(LedgerWriter(ledger_dir), p)
+    if p.lean and STACKS_ENV not in os.environ:
+        handle.writer.set_stacks("sampled")
     route = handle.writer.route
     handle.note(f"ledger route: {route.name} (backend {handle.writer.backend})"
                 + (f"; {route.why}" if route.why else ""))
@@ -247,13 +270,21 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
             if not p.refinements:
                 handle.writer.close()
                 return None
-            # the plan's "cupti + refinements" line would now be untrue
-            messages = (f"ledger: framework refinements only ({', '.join(p.refinements)}, "
+            # the plan's "cupti + refinements" line would now be untrue; without CUPTI the
+            # refinements are all there is (under compute-sanitizer, say): every one is armed
+            refinements = REFINEMENTS if p.lean else p.refinements
+            messages = (f"ledger: framework refinements only ({', '.join(refinements)}, "
                         "each when imported): no launch records",)
-            handle.plan = dataclasses.replace(p, cupti=False)
+            handle.plan = p = dataclasses.replace(p, cupti=False, refinements=refinements, lean=False)
+            handle.writer.set_stacks(stack_mode())
     for m in messages:
         say(m)
         handle.note(m)
+    if p.lean:
+        # read back by the mapper (``arrays: false``): its answer says per-array bounds were not
+        # recorded in this process and how to get them
+        handle.writer.record(EVENT_NOTE, "ledger", arrays=False, message=LEAN_NOTE.format(
+            burst=SAMPLE_BURST, rate=round(1 / SAMPLE_REFILL)))
     for name in p.refinements:
         handle.arm(name)
     _active = handle

@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FL_ABI 2
+#define FL_ABI 4
 #define EXPORT __attribute__((visibility("default")))
 
 /* ---- CUPTI declarations (cupti_callbacks.h / cupti_activity.h, CUDA 13), for the defaults ---- */
@@ -108,7 +108,7 @@ typedef struct {
 } fl_ActivityKernelPrefix;
 
 /* Field lists, in the order native.py passes offsets (keep in step with native.py's FIELDS). */
-enum { CB_SITE, CB_SYMBOL, CB_RESULT, CB_CID, CB_N };
+enum { CB_SITE, CB_SYMBOL, CB_RESULT, CB_CID, CB_PARAMS, CB_N };
 enum { M_KIND, M_OP, M_MEMKIND, M_CID, M_ADDR, M_BYTES, M_TS, M_DEV, M_STREAM, M_ASYNC, M_POOLTYPE,
        M_POOLADDR, M_N };
 enum { K_KIND, K_START, K_END, K_DEV, K_STREAM, K_CID, K_NAME, K_GX, K_GY, K_GZ, K_BX, K_BY, K_BZ, K_N };
@@ -117,7 +117,8 @@ typedef struct { int32_t off, size; } fl_field;
 
 static const fl_field DEF_CB[CB_N] = {
     {offsetof(fl_CallbackData, callbackSite), 4}, {offsetof(fl_CallbackData, symbolName), 8},
-    {offsetof(fl_CallbackData, functionReturnValue), 8}, {offsetof(fl_CallbackData, correlationId), 4}};
+    {offsetof(fl_CallbackData, functionReturnValue), 8}, {offsetof(fl_CallbackData, correlationId), 4},
+    {offsetof(fl_CallbackData, functionParams), 8}};
 static const fl_field DEF_MEM[M_N] = {
     {offsetof(fl_ActivityMemory4, kind), 4}, {offsetof(fl_ActivityMemory4, memoryOperationType), 4},
     {offsetof(fl_ActivityMemory4, memoryKind), 4}, {offsetof(fl_ActivityMemory4, correlationId), 4},
@@ -204,6 +205,7 @@ typedef struct fl_sink {
     uint64_t touched; /* file offset up to which pages past pos were faulted in ahead (prefault) */
 } fl_sink;
 
+static void bucket_fill(void); /* the sampled stacks' bucket, refilled at each test change */
 static volatile unsigned g_gen = 1;
 static fl_sink *volatile g_sink; /* where the C-side records go (set by native.py) */
 static void after_fork_child(void);
@@ -371,6 +373,7 @@ EXPORT void fl_set_test(const char *json, size_t n) {
     slot->json = copy;
     g_ring_n++;
     pthread_mutex_unlock(&g_test_mu);
+    bucket_fill(); /* a new test: its first allocations keep their stacks */
 }
 
 /* Append the JSON of the test running at wall time t (t < 0: now); null when unknown. */
@@ -409,8 +412,9 @@ static volatile int64_t g_last_flush; /* monotonic ns */
 static volatile int64_t g_last_ok_sync, g_last_kernel_end; /* wall ns: the launch-time estimate */
 static pthread_mutex_t g_flush_mu = PTHREAD_MUTEX_INITIALIZER;
 /* counters: launches (callback), syncs, memory records, kernel records, flushes, buffer errors,
-   estimated kernel times, records lost (no sink) */
-enum { S_LAUNCH, S_SYNC, S_MEM, S_KER, S_FLUSH, S_BUFERR, S_EST, S_LOST, S_N };
+   estimated kernel times, records lost (no sink), allocation stacks taken, allocation stacks left
+   out by sampling */
+enum { S_LAUNCH, S_SYNC, S_MEM, S_KER, S_FLUSH, S_BUFERR, S_EST, S_LOST, S_STACKS, S_UNSTACKED, S_N };
 static volatile uint64_t g_stats[S_N];
 static const char *MEMKINDS[] = {"unknown", "pageable", "pinned", "device", "array", "managed",
                                  "device_static", "managed_static"};
@@ -471,6 +475,45 @@ EXPORT void fl_policy(int launch_records, int flush_on_launch, int64_t gap_ns, i
 }
 
 EXPORT void fl_stack_provider(void *fn) { g_stack = (stack_fn)fn; }
+
+/* Sampled allocation stacks (--ledger auto): a stack costs a call into Python, which an
+   allocation-heavy loop pays on every driver allocation. A token bucket decides instead: full
+   (burst tokens) at every change of the running test, then one token back every refill_ns, so a
+   test's first allocations (the buffers it sets up) keep their stacks and a loop pays for a few.
+   burst 0: every allocation (sampling off, the default). */
+static int64_t g_burst, g_refill_ns, g_tokens, g_tokens_t;
+static pthread_mutex_t g_bucket_mu = PTHREAD_MUTEX_INITIALIZER;
+
+EXPORT void fl_stack_sampling(int64_t burst, int64_t refill_ns) {
+    pthread_mutex_lock(&g_bucket_mu);
+    g_burst = burst > 0 ? burst : 0; g_refill_ns = refill_ns > 0 ? refill_ns : 0;
+    g_tokens = g_burst; g_tokens_t = now_ns(CLOCK_MONOTONIC);
+    pthread_mutex_unlock(&g_bucket_mu);
+}
+
+static void bucket_fill(void) {
+    pthread_mutex_lock(&g_bucket_mu);
+    g_tokens = g_burst; g_tokens_t = now_ns(CLOCK_MONOTONIC);
+    pthread_mutex_unlock(&g_bucket_mu);
+}
+
+/* 1: take this allocation's stack */
+static int stack_due(void) {
+    if (!g_burst) return 1;
+    int take = 0;
+    pthread_mutex_lock(&g_bucket_mu);
+    if (g_tokens <= 0 && g_refill_ns) {
+        int64_t now = now_ns(CLOCK_MONOTONIC), back = (now - g_tokens_t) / g_refill_ns;
+        if (back > 0) {
+            g_tokens = back < g_burst ? back : g_burst;
+            g_tokens_t = now;
+        }
+    }
+    if (g_tokens > 0) { g_tokens--; take = 1; }
+    pthread_mutex_unlock(&g_bucket_mu);
+    g_stats[take ? S_STACKS : S_UNSTACKED]++;
+    return take;
+}
 
 EXPORT void fl_stats(uint64_t *out, int n) { for (int i = 0; i < n && i < S_N; i++) out[i] = g_stats[i]; }
 
@@ -643,6 +686,82 @@ static void rec_kernel(const uint8_t *a) {
     g_stats[S_KER]++;
 }
 
+/* ---- allocation lines from the callback (FAULTHUNT_LEDGER_ALLOCS=callback) ----
+   Instead of MEMORY2 activity records, each allocation API's exit callback reads the address and
+   size from the call's own parameters (cuda.h's <api>_params structures; where each field lies
+   is set per callback id by cupti_native.py) and writes the line at once: no activity record and
+   no forced flush for allocations. modes: 1 alloc, *(CUdeviceptr *)p[addr] and size p[size];
+   2 alloc, address p[addr] and size p[size] (cuMemMap); 3 pitched alloc, *(CUdeviceptr *)p[addr],
+   size *(size_t *)p[aux] * p[size]; 4 free of p[addr]; 5 free of p[addr] with size p[size]. */
+typedef struct { int8_t mode, addr_off, size_off, aux_off; uint8_t memkind, async; } fl_param;
+static fl_param g_cbparam[MAX_CBID];
+static int g_alloc_callbacks;
+
+EXPORT int fl_cbparams(uint32_t cbid, int mode, int addr_off, int size_off, int aux_off, int memkind,
+                       int async) {
+    if (cbid >= MAX_CBID || mode < 0 || mode > 5 || memkind < 0 || memkind > 7) return -1;
+    g_cbparam[cbid] = (fl_param){(int8_t)mode, (int8_t)addr_off, (int8_t)size_off, (int8_t)aux_off,
+                                 (uint8_t)memkind, (uint8_t)async};
+    return 0;
+}
+
+/* 1: allocation lines from the callbacks (the caller leaves MEMORY2 off); needs function_params */
+EXPORT int fl_alloc_source(int callbacks) {
+    if (callbacks && g_cb[CB_PARAMS].size != 8) return -1;
+    g_alloc_callbacks = callbacks;
+    return 0;
+}
+
+static uint64_t rd8(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static void rec_api_memory(uint32_t cbid, const void *cbdata, uint32_t cid) {
+    const fl_param *pp = &g_cbparam[cbid];
+    const uint8_t *params = (const uint8_t *)(uintptr_t)rd(cbdata, g_cb[CB_PARAMS]);
+    if (!params) return;
+    uint64_t addr = 0, size = 0, ptr;
+    int alloc = pp->mode <= 3, sized = pp->mode != 4;
+    switch (pp->mode) {
+    case 1: case 3:
+        ptr = rd8(params + pp->addr_off);
+        if (!ptr) return;
+        addr = rd8((const uint8_t *)(uintptr_t)ptr);
+        size = rd8(params + pp->size_off);
+        if (pp->mode == 3) {
+            uint64_t pitch = rd8(params + pp->aux_off);
+            size = pitch ? rd8((const uint8_t *)(uintptr_t)pitch) * size : 0;
+        }
+        break;
+    case 2: case 4: case 5:
+        addr = rd8(params + pp->addr_off);
+        if (sized) size = rd8(params + pp->size_off);
+        break;
+    default:
+        return;
+    }
+    if (!addr) return; /* cuMemFree(0) frees nothing */
+    char *stack = pending_take(cid); /* a free has one with FAULTHUNT_LEDGER_STACKS=all */
+    int64_t t = now_ns(CLOCK_REALTIME), m = now_ns(CLOCK_MONOTONIC);
+    fl_buf b; b_init(&b);
+    b_s(&b, alloc ? "{\"event\":\"alloc\"" : "{\"event\":\"free\"");
+    b_t(&b, ",\"t\":", t);
+    b_t(&b, ",\"t_mono\":", m);
+    b_s(&b, ",\"pid\":"); b_i(&b, g_sink ? g_sink->pid : 0);
+    b_s(&b, ",\"nodeid\":"); b_test_at(&b, -1);
+    b_s(&b, ",\"source\":\"cupti\",\"address\":"); b_u(&b, addr);
+    b_s(&b, ",\"kind\":\"device\"");
+    if (sized) { b_s(&b, alloc ? ",\"size\":" : ",\"size_released\":"); b_u(&b, size); }
+    b_s(&b, ",\"memory_kind\":\""); b_s(&b, MEMKINDS[pp->memkind]);
+    b_s(&b, "\",\"correlation_id\":"); b_u(&b, cid);
+    if (pp->async) b_s(&b, ",\"async\":true");
+    b_s(&b, ",\"api\":"); b_js(&b, g_cbname[cbid] ? g_cbname[cbid] : "?");
+    b_s(&b, ",\"via\":\"callback\"");
+    if (stack) { b_s(&b, ",\"stack\":"); b_s(&b, stack); free(stack); }
+    b_s(&b, "}\n");
+    put_line(&b);
+    b_free(&b);
+    g_stats[S_MEM]++;
+}
+
 /* ---- flushing ---- */
 EXPORT int fl_flush(void) {
     pthread_mutex_lock(&g_flush_mu);
@@ -674,11 +793,26 @@ EXPORT void fl_cupti_callback(void *userdata, int domain, uint32_t cbid, const v
     int enter = (int32_t)rd(cbdata, g_cb[CB_SITE]) == g_enter_site;
     uint32_t cid = (uint32_t)rd(cbdata, g_cb[CB_CID]);
     if (kind == KIND_ALLOC || kind == KIND_FREE) {
+        if (g_alloc_callbacks && g_cbparam[cbid].mode) {
+            /* the line is written at exit from the call's parameters: nothing waits in a buffer */
+            if (enter) {
+                stack_fn st = g_stack;
+                if (st && !t_refined && (kind == KIND_ALLOC ? g_alloc_stacks && stack_due() : g_launch_stacks))
+                    st(cid, kind);
+            } else if (failed(cbdata)) {
+                free(pending_take(cid));
+                fl_flush(); /* a sticky error: the kernels' records (native-activity) before it */
+            } else {
+                rec_api_memory(cbid, cbdata, cid);
+            }
+            return;
+        }
         if (enter) {
             g_dirty = 1;
             stack_fn st = g_stack;
             /* as the Python route: stacks on allocations, on frees too with STACKS=all */
-            if (st && !t_refined && (kind == KIND_ALLOC ? g_alloc_stacks : g_launch_stacks)) st(cid, kind);
+            if (st && !t_refined && (kind == KIND_ALLOC ? g_alloc_stacks && stack_due() : g_launch_stacks))
+                st(cid, kind);
         } else if (failed(cbdata)) {
             fl_flush(); /* an allocation call returned an error: maybe the sticky one of a fault */
         }
@@ -791,6 +925,7 @@ static void after_fork_child(void) {
     pthread_mutex_init(&g_test_mu, NULL);
     pthread_mutex_init(&g_pend_mu, NULL);
     pthread_mutex_init(&g_flush_mu, NULL);
+    pthread_mutex_init(&g_bucket_mu, NULL);
 }
 
 /* ---- a flush on the way down (fatal signals) ---- */

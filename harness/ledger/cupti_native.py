@@ -45,6 +45,29 @@ from faulthunt.records.ledger import EVENT_NOTE
 
 _KINDS = {"context": 4, "stream": 5, "event": 6}
 BUFFER_SIZE = 8 * 1024 * 1024
+#: where allocation lines come from on the compiled routes: ``activity`` (default: CUPTI's MEMORY2
+#: records) or ``callback`` (each allocation API's exit callback reads the address and size from the
+#: call's parameters; no MEMORY2, so no activity buffer or forced flush for allocations)
+ALLOCS_ENV = "FAULTHUNT_LEDGER_ALLOCS"
+_DEVICE, _MANAGED = 3, 5  # _native.c's MEMKINDS
+#: per allocation API: (mode, address offset, size offset, aux offset, memory kind, async) in its
+#: cuda.h ``<api>_params`` structure (every field 8 bytes: pointers, CUdeviceptr, size_t, handles);
+#: modes as _native.c's rec_api_memory. cuMemCreate / cuMemRelease deal in handles: the address
+#: comes with cuMemMap / cuMemUnmap.
+API_PARAMS = {
+    "cuMemAlloc_v2": (1, 0, 8, 0, _DEVICE, 0),                # CUdeviceptr *dptr; size_t bytesize
+    "cuMemAllocPitch_v2": (3, 0, 24, 8, _DEVICE, 0),          # *dptr; size_t *pPitch; Width; Height
+    "cuMemAllocManaged": (1, 0, 8, 0, _MANAGED, 0),           # *dptr; bytesize; flags
+    "cuMemAllocAsync": (1, 0, 8, 0, _DEVICE, 1),              # *dptr; bytesize; hStream
+    "cuMemAllocAsync_ptsz": (1, 0, 8, 0, _DEVICE, 1),
+    "cuMemAllocFromPoolAsync": (1, 0, 8, 0, _DEVICE, 1),      # *dptr; bytesize; pool; hStream
+    "cuMemAllocFromPoolAsync_ptsz": (1, 0, 8, 0, _DEVICE, 1),
+    "cuMemMap": (2, 0, 8, 0, _DEVICE, 0),                     # ptr; size; offset; handle; flags
+    "cuMemFree_v2": (4, 0, 0, 0, _DEVICE, 0),                 # dptr
+    "cuMemFreeAsync": (4, 0, 0, 0, _DEVICE, 1),               # dptr; hStream
+    "cuMemFreeAsync_ptsz": (4, 0, 0, 0, _DEVICE, 1),
+    "cuMemUnmap": (5, 0, 8, 0, _DEVICE, 0),                   # ptr; size
+}
 
 
 def _load_libcupti(path: str) -> Any:
@@ -137,6 +160,19 @@ class NativeCuptiSource:
         lib.fl_policy(int(self.launches == "callback"), int(os.environ.get(FLUSH_ENV, "sync") == "launch"),
                       int(FLUSH_GAP * 1e9), int(self.launches == "activity"), int(w.alloc_stacks),
                       int(w.all_stacks), BUFFER_SIZE)
+        if w.sampler is not None:
+            lib.fl_stack_sampling(w.sampler.burst, int(w.sampler.refill * 1e9))
+        else:
+            lib.fl_stack_sampling(0, 0)
+        self.allocs = "activity"
+        if os.environ.get(ALLOCS_ENV) == "callback":
+            if lib.fl_alloc_source(1) == 0:
+                self.allocs = "callback"
+            else:
+                self.notes.append(f"{ALLOCS_ENV}=callback needs the callback data's function_params "
+                                  "field, which cupti-python's dtype lacks: allocations from MEMORY2 records")
+        else:
+            lib.fl_alloc_source(0)
         self._provider = native.STACK_PROVIDER(self._stack)  # kept: C holds its address
         lib.fl_stack_provider(ctypes.cast(self._provider, ctypes.c_void_p).value)
         self._encoded: dict[str, bytes] = {}
@@ -164,12 +200,14 @@ class NativeCuptiSource:
         self.writer.follow_tests()
         self.writer.record(EVENT_NOTE, NAME, message=(
             f"ledger: CUPTI route {self.writer.route.name} (compiled, {lib.path}; launches from "
-            f"{'kernel activity records' if self.launches == 'activity' else 'callbacks'}; {self.cupti_path})"))
+            f"{'kernel activity records' if self.launches == 'activity' else 'callbacks'}, allocations from "
+            f"{'MEMORY2 records' if self.allocs == 'activity' else 'callbacks'}; {self.cupti_path})"))
         for n in self.notes:
             self._note(f"ledger: {n}")
         self._check(cl.cuptiActivityRegisterCallbacks(native.address(lib, "fl_buffer_requested"),
                                                       native.address(lib, "fl_buffer_completed")), "register buffers")
-        self._check(cl.cuptiActivityEnable(int(c.ActivityKind.MEMORY2)), "enable MEMORY2")
+        if self.allocs == "activity":
+            self._check(cl.cuptiActivityEnable(int(c.ActivityKind.MEMORY2)), "enable MEMORY2")
         self.writer.cupti = NAME
         if self.launches == "activity":
             self._check(cl.cuptiActivityEnable(int(c.ActivityKind.CONCURRENT_KERNEL)), "enable CONCURRENT_KERNEL")
@@ -187,6 +225,10 @@ class NativeCuptiSource:
                        "without the profiler for the full ledger." if busy else
                        f"ledger: CUPTI subscribe failed (status {status}): allocations only, no launches")
             lib.fl_policy(0, 0, int(FLUSH_GAP * 1e9), 1, 0, 0, BUFFER_SIZE)  # flush on the period
+            if self.allocs == "callback":  # no callbacks: the allocations can only come from MEMORY2
+                lib.fl_alloc_source(0)
+                self.allocs = "activity"
+                self._check(cl.cuptiActivityEnable(int(c.ActivityKind.MEMORY2)), "enable MEMORY2")
         else:
             self.subscriber = handle.value or 0
             self._enable_callbacks()
@@ -203,6 +245,7 @@ class NativeCuptiSource:
                 continue
             kind = (3 if api in LAUNCH_APIS else _KINDS[SYNC_APIS[api]] if api in SYNC_APIS
                     else 2 if api in FREE_APIS else 1)
+            lib.fl_cbparams(int(cbid), *(API_PARAMS.get(api, (0, 0, 0, 0, 0, 0))))
             if lib.fl_cbid(int(cbid), kind, api.encode()) == 0:
                 cl.cuptiEnableCallback(1, self.subscriber, int(c.CallbackDomain.DRIVER_API), int(cbid))
 
@@ -229,7 +272,9 @@ class NativeCuptiSource:
             if self.subscriber is not None:
                 cl.cuptiUnsubscribe(self.subscriber)
                 self.subscriber = None
-            cl.cuptiActivityDisable(int(c.ActivityKind.MEMORY2))
+            if self.allocs == "activity":
+                cl.cuptiActivityDisable(int(c.ActivityKind.MEMORY2))
+            lib.fl_alloc_source(0)
             if self.launches == "activity":
                 cl.cuptiActivityDisable(int(c.ActivityKind.CONCURRENT_KERNEL))
             s = self.stats()

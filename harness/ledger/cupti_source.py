@@ -625,8 +625,9 @@ class CuptiSource:
                                                                getattr(cbdata, "function_return_value", 0)):
                         self._flush_forced("api error")
                     return
-                stack = (stack_json() if (self.writer.alloc_stacks if kind == _ALLOC
-                                          else self.writer.all_stacks)
+                w = self.writer
+                stack = (stack_json() if (w.alloc_stacks and (w.sampler is None or w.sampler.due())
+                                          if kind == _ALLOC else w.all_stacks)
                          and not (self.launches == "activity" and refining()) else None)
                 with self._lock:
                     if len(self.pending) >= MAX_PENDING:

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 #: must equal FL_ABI in _native.c: a library built from other sources is not used
-ABI = 2
+ABI = 4
 #: the fields _native.c reads, in its enum order, per structure: (cupti-python dtype field, bytes)
 CALLBACK_FIELDS = (("callback_site", 4), ("symbol_name", 8), ("function_return_value", 8),
-                   ("correlation_id", 4))
+                   ("correlation_id", 4), ("function_params", 8))
 MEMORY_FIELDS = (("kind", 4), ("memory_operation_type", 4), ("memory_kind", 4), ("correlation_id", 4),
                  ("address", 8), ("bytes", 8), ("timestamp", 8), ("device_id", 4), ("stream_id", 4),
                  ("is_async", 4), ("memory_pool_config.memory_pool_type", 4),
@@ -42,7 +42,7 @@ REQUIRED = {0: {"callback_site", "symbol_name", "function_return_value", "correl
 FIELDS = {0: CALLBACK_FIELDS, 1: MEMORY_FIELDS, 2: KERNEL_FIELDS}
 #: fl_stats order
 STATS = ("launches", "syncs", "memory_records", "kernel_records", "flushes", "buffer_errors",
-         "estimated_kernel_times", "lost")
+         "estimated_kernel_times", "lost", "alloc_stacks", "alloc_stacks_sampled_out")
 
 _V, _I, _I32, _I64, _U32, _U64, _SZ, _CP = (ctypes.c_void_p, ctypes.c_int, ctypes.c_int32,
                                             ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint64,
@@ -64,6 +64,9 @@ _PROTOS: dict[str, tuple[list[Any], Any]] = {
     "fl_functions": ([_V, _V, _U32], None),
     "fl_policy": ([_I, _I, _I64, _I, _I, _I, _U64], None),
     "fl_stack_provider": ([_V], None),
+    "fl_stack_sampling": ([_I64, _I64], None),
+    "fl_cbparams": ([_U32, _I, _I, _I, _I, _I, _I], _I),
+    "fl_alloc_source": ([_I], _I),
     "fl_stats": ([ctypes.POINTER(_U64), _I], None),
     "fl_pending_put": ([_U32, _CP, _SZ], None),
     "fl_refine": ([_I], _I),

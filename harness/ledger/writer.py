@@ -39,9 +39,16 @@ from faulthunt import context
 #: frames from the ledger package itself are left out of recorded stacks
 _SKIP_PREFIX = str(Path(__file__).resolve().parent) + os.sep
 STACK_LIMIT = 8
-#: ``alloc`` (default): stacks on allocations only; ``all``: also on launches and frees; ``off``
+#: ``alloc`` (default): stacks on allocations only; ``all``: also on launches and frees; ``off``;
+#: ``sampled`` (what ``--ledger auto`` sets when this is unset): stacks on the driver allocations
+#: that CUPTI records only while the sampling bucket has a token (:data:`SAMPLE_BURST` at each
+#: change of the running test, one back every :data:`SAMPLE_REFILL` seconds)
 STACKS_ENV = "FAULTHUNT_LEDGER_STACKS"
-STACK_MODES = ("alloc", "all", "off")
+STACK_MODES = ("alloc", "all", "off", "sampled")
+#: sampled stacks: tokens at each test change (a test's first allocations keep their stacks)
+SAMPLE_BURST = 64
+#: sampled stacks: seconds for one token to come back (at most 100 stacks a second after the burst)
+SAMPLE_REFILL = 0.01
 #: distinct stacks whose encoding is kept; cleared when full (a bound, not an LRU: cheap)
 _CACHE_MAX = 8192
 
@@ -219,6 +226,39 @@ def stack_mode() -> str:
     return m if m in STACK_MODES else "alloc"
 
 
+class StackSampler:
+    """The Python routes' twin of ``_native.c``'s sampled-stack bucket: :meth:`due` says whether
+    this driver allocation gets its stack. Full (``burst`` tokens) whenever the running test
+    changes, one token back every ``refill`` seconds, never more than ``burst``. ``clock`` and
+    ``nodeid`` are injectable for tests."""
+
+    def __init__(self, burst: int | None = None, refill: float | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 nodeid: Callable[[], Any] = lambda: context.current_nodeid) -> None:
+        self.burst = SAMPLE_BURST if burst is None else burst
+        self.refill = SAMPLE_REFILL if refill is None else refill
+        self.clock, self.nodeid = clock, nodeid
+        burst = self.burst
+        self.tokens, self.since, self.test = burst, clock(), nodeid()
+        self.taken = self.left_out = 0
+
+    def due(self) -> bool:
+        test = self.nodeid()
+        if test is not self.test:
+            self.test, self.tokens, self.since = test, self.burst, self.clock()
+        elif self.tokens <= 0 and self.refill > 0:
+            now = self.clock()
+            back = int((now - self.since) / self.refill)
+            if back > 0:
+                self.tokens, self.since = min(back, self.burst), now
+        if self.tokens > 0:
+            self.tokens -= 1
+            self.taken += 1
+            return True
+        self.left_out += 1
+        return False
+
+
 #: ``mmap`` (default on the Python routes): records are copied into a shared mapping of the file
 #: (no system call per record; the kernel keeps the pages when the process dies); ``native`` (the
 #: default on the compiled routes): the same mapping, kept by the compiled library, which writes its
@@ -328,9 +368,7 @@ class LedgerWriter:
         self._win = 0          # file offset of the mapped window
         self.records = 0
         self.dropped = 0
-        self.stacks = stacks if stacks in STACK_MODES else stack_mode()
-        self.alloc_stacks = self.stacks != "off"
-        self.all_stacks = self.stacks == "all"
+        self.set_stacks(stacks if stacks in STACK_MODES else stack_mode())
         want = backend or os.environ.get(WRITE_ENV) or ("native" if self.route.compiled else "mmap")
         self.backend = "write" if fsync or want not in BACKENDS else want
         self._nid_src: object = object()
@@ -349,6 +387,15 @@ class LedgerWriter:
         _writers.add(self)
         if self.route.deferred:
             self._defer()
+
+    def set_stacks(self, mode: str) -> None:
+        """Which records carry stacks (:data:`STACK_MODES`), before any source starts. ``sampled``:
+        :attr:`sampler` decides for CUPTI's driver allocations (the compiled library keeps its own
+        bucket); a refinement's records, when one is on, keep their stacks."""
+        self.stacks = mode
+        self.alloc_stacks = mode != "off"
+        self.all_stacks = mode == "all"
+        self.sampler = StackSampler() if mode == "sampled" else None
 
     # opening, forking, closing -----------------------------------------------------------------
     def _open(self) -> None:

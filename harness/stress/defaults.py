@@ -8,4 +8,4 @@ DEFAULT_MAX_WORKER_RESTART = 1000
 #: pytest configuration says: far above a GPU test's usual seconds, far below a CI job's limit
 DEFAULT_TIMEOUT_S = 300.0
 #: the --ledger modes (faulthunt.ledger.MODES, which tests/test_stress_output.py checks)
-LEDGER_MODES = ("auto", "cupti", "numba", "cupy", "torch", "off")
+LEDGER_MODES = ("auto", "full", "cupti", "numba", "cupy", "torch", "off")

@@ -47,7 +47,7 @@ class StressOptions:
     run_dir: Path | None = None           # exact dir; else a new .faulthunt/runs/<id>
     base: Path | None = None
     xid_source: str = "auto"              # faulthunt.kernlog.open_source spec
-    ledger: str = "auto"                  # auto|cupti|numba|cupy|torch|off
+    ledger: str = "auto"                  # auto|full|cupti|numba|cupy|torch|off
     cwd: Path | None = None
     env: Mapping[str, str] | None = None  # extra env for pytest
     quiet: bool = False

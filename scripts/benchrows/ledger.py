@@ -229,7 +229,7 @@ class _RouteDriver:
     (as CUPTI would call them: CallbackData in memory, the callback a C function pointer) and hands
     activity records over every 4096 iterations, through real buffers and a C GetNextRecord."""
 
-    def __init__(self, name: str, d: str, c: Any) -> None:
+    def __init__(self, name: str, d: str, c: Any, stacks: str = "alloc") -> None:
         import ctypes
 
         import numpy as np
@@ -257,7 +257,7 @@ class _RouteDriver:
         old = os.environ.get(ROUTE_ENV)
         os.environ[ROUTE_ENV] = name
         try:
-            self.writer = LedgerWriter(d)
+            self.writer = LedgerWriter(d, stacks=stacks)
             self.src = cupti_source.start(self.writer)
         finally:
             if old is None:
@@ -306,19 +306,21 @@ class _RouteDriver:
             setattr(m, a, v)
 
 
-def cupti_route(name: str, quick: bool) -> Row:
+def cupti_route(name: str, quick: bool, stacks: str = "alloc") -> Row:
     """A route's CUPTI work per alloc+launch+free iteration (callbacks, activity decoding,
-    writing) against the same driver calls into a no-op C callback."""
+    writing) against the same driver calls into a no-op C callback. ``stacks``: ``alloc`` (a
+    stack for every driver allocation: ``--ledger full``) or ``sampled`` (``--ledger auto``)."""
     from faulthunt.ledger import native
 
     n = 2048 if quick else 20_480
-    title = f"ledger CUPTI callbacks, route {name}: {n:,} alloc+launch+free iterations (stand-in CUPTI)"
+    title = (f"ledger CUPTI callbacks, route {name}{', sampled stacks' if stacks == 'sampled' else ''}: "
+             f"{n:,} alloc+launch+free iterations (stand-in CUPTI)")
     with tempfile.TemporaryDirectory() as d:
         c = _standin_c(d)
         if c is None or (name.startswith("native") and native.load()[0] is None):
             why = "no C compiler" if c is None else native.load()[1]
             return Row(title, name, "no-op C callback", None, None, "-", note=f"not measured: {why}")
-        drv = _RouteDriver(name, str(Path(d) / name), c)
+        drv = _RouteDriver(name, str(Path(d) / name), c, stacks)
         try:
             o, b = paired(lambda: drv.run(n, True), lambda: drv.run(n, False), repeat=3)
         finally:
@@ -378,7 +380,16 @@ def _row(fn: Any, name: str) -> Any:
     return row
 
 
+def _sampled(name: str) -> Any:
+    def row(quick: bool) -> Row:
+        return cupti_route(name, quick, stacks="sampled")
+
+    row.__name__ = f"cupti_route_{name.replace('-', '_')}_sampled"
+    return row
+
+
 ROUTE_ROWS = ([_row(cupti_route, n) for n in ("python", "activity", "native", "native-activity")]
+              + [_sampled(n) for n in ("python", "native")]
               + [_row(cupy_hook_route, n) for n in ("python", "activity", "native")])
 
 ROWS = [gpu_alloc_loop, cupti_callback_path, writer_per_record, *ROUTE_ROWS]

@@ -8,22 +8,27 @@ worker keeps its last launches, and whether the planted faults still map (ledger
     python3 scripts/gpu/ledger_breakdown.py fault DIR                      # CUPTI kernel records of a faulting launch
 
 Loops (ledger_probe.loop_runner: allocate + launch ``fill`` + free, no synchronization inside; CuPy,
-numba, cuda.core): every configuration of :data:`CONFIGS` in its own process, several samples a
+numba, cuda.core): every configuration of :data:`PER_FW` in its own process, several samples a
 process, the processes interleaved over two rounds (the second in reverse order), so drift on the
 host lands on every configuration. A sample's ratio is against the ``off`` sample of the same
-round and index. ``current`` is the ``python`` route with the stack cache keyed by line, as the
-code measured before the routes were added; ``/cupti`` configurations leave the framework
-refinements out (CUPTI alone), which shows what CuPy's per-array hook costs on its own;
+round and index. Round 5 (issue 16) measures ``auto`` (the default: driver-level records, CuPy's
+MemoryHook and numba's EMM left to ``full``, driver allocations' stacks sampled), ``full`` (every
+per-array record, a stack on every allocation: what round 4 called ``native``) and
+``auto/allstacks`` (auto with a stack on every driver allocation: what the sampling saves) and
+``auto/cballoc`` (auto with allocation lines from the callbacks, FAULTHUNT_LEDGER_ALLOCS=callback);
 ``hook_noop`` is CuPy with a registered MemoryHook that does nothing and no ledger (CuPy's own
-dispatch of a hook, which no route can remove).
+dispatch of a hook). Round 4's route configurations stay in :data:`CONFIGS` for a rerun.
 
-Crash: a CuPy loop launches N kernels without synchronizing and then aborts (or is SIGKILLed);
-the ledger is counted for its launches of ``fill``.
+Crash: a CuPy loop under ``auto`` launches N kernels without synchronizing and then aborts (or is
+SIGKILLed); the ledger is counted for its launches of ``fill`` (the compiled route writes each
+launch before the kernel runs: all N, either way).
 
-Verdicts: the planted faults of ledger_probe.py (Xid, memcheck, planted address), per route: all 16
-on ``native`` (the default route when the library is built), the CuPy, numba and cuda.core cases on
-``native-activity``, the wild writes on ``activity``; with the launches the mapping lists and those
-whose time the ledger estimated (the kernel a fault swallowed, on the activity routes).
+Verdicts: the planted faults of ledger_probe.py (Xid, memcheck, planted address) under ``full``
+(all 16 as expected before) and under ``auto`` (the same, except CuPy's write into a block the
+pool took back and into a block's slack: at the segment level those lie ``inside`` a live
+segment, and the mapping's note says to rerun with ``--ledger full``), and the driver-allocation
+cases (past_end, uaf) under ``auto/cballoc``; with the launches the
+mapping lists and those whose time the ledger estimated.
 
 Writes to OUTDIR: summary.txt (the tables), loops.jsonl (every sample), probe.jsonl (every case),
 crash.json, errors.txt (stderr of any child that failed), ledgers.tgz (a few ledgers, cut).
@@ -59,17 +64,34 @@ CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "native-activity/cupti": ("cupti", {ROUTE: "native-activity"}),
     # CuPy's own cost of a registered MemoryHook whose methods do nothing (no ledger)
     "hook_noop": ("off", {}),
+    # round 5 (issue 16): the default (driver level, sampled stacks), everything, and the default
+    # with a stack on every driver allocation (what the sampling saves)
+    "auto": ("auto", {}),
+    "full": ("full", {}),
+    "auto/allstacks": ("auto", {"FAULTHUNT_LEDGER_STACKS": "alloc"}),
+    # allocation lines from the callbacks' parameters instead of MEMORY2 records (opt-in)
+    "auto/cballoc": ("auto", {"FAULTHUNT_LEDGER_ALLOCS": "callback"}),
 }
-PER_FW = {"cupy": list(CONFIGS), "numba": [c for c in CONFIGS if c != "hook_noop"],
-          "cuda_core": ["off", "current", "native", "native-activity"]}
+#: the configurations measured per loop (round 5; round 4's were every route, docs/ledger.md)
+PER_FW = {"cupy": ["off", "auto", "full", "hook_noop"],
+          "numba": ["off", "auto", "full", "auto/allstacks", "auto/cballoc"],
+          "cuda_core": ["off", "auto", "full", "auto/allstacks", "auto/cballoc"]}
 N, SAMPLES, ROUNDS = 3000, 3, 2
 #: seconds from the start after which no new loop process / probe case starts
 LOOP_BUDGET, TOTAL_BUDGET = 190.0, 320.0
-PROBE_ROUTES = {
-    "native": [c for c in CASES],
-    "native-activity": [c for c in CASES if c[0] != "torch" and c[3] != "sanitizer"],
-    "activity": [c for c in CASES if c[1] == "wild" and c[0] != "torch"],
+#: ledger mode -> the planted cases run under it (on the route auto picks). ``full`` records
+#: every array: all 16 as before. ``auto`` records CuPy at the pool-segment level: a write into a
+#: block CuPy took back, or into a block's slack, lies inside a live segment there (``inside``,
+#: the mapper's note saying how to get the array's bounds), so those two expect ``inside``.
+PROBE_MODES = {
+    "full": [c for c in CASES],
+    "auto": [c for c in CASES],
+    # allocations from the callbacks: the cases whose verdict rests on a driver allocation record
+    "auto/cballoc": [c for c in CASES if c[1] in ("past_end", "uaf") and c[3] == "xid"],
 }
+#: the environment of each probe mode (the ledger mode is the part before the "/")
+PROBE_ENV = {"auto/cballoc": {"FAULTHUNT_LEDGER_ALLOCS": "callback"}}
+AUTO_EXPECT = {("cupy", "pool_uaf"): "inside", ("cupy", "slack"): "inside"}
 WORK = Path(os.environ.get("BREAKDOWN_WORK", "/tmp/ledger_breakdown"))
 
 
@@ -92,6 +114,15 @@ def run_loop(fw: str, config: str, n: int, samples: int, ledger_dir: str) -> Non
         cupy.cuda.MemoryHook().__enter__()
     run = loop_runner(fw)
     got = [run(n) for _ in range(samples)]
+    if info:
+        info["stacks"] = h.writer.stacks
+        info["sources"] = h.source_names
+        if h.writer.route.compiled:
+            from faulthunt.ledger import native
+
+            st = native.stats(h.writer.route.lib)
+            info["stats"] = {k: st[k] for k in ("launches", "memory_records", "alloc_stacks",
+                                                "alloc_stacks_sampled_out", "flushes")}
     print(json.dumps({"loop": fw, "config": config, "n": n, "samples": got, **info}), flush=True)
 
 
@@ -100,7 +131,7 @@ def run_crash(route: str, how: str, n: int, ledger_dir: str) -> None:
     os.environ[ROUTE] = route
     from faulthunt.ledger import install
 
-    install(Path(ledger_dir), "cupti", quiet=True)
+    install(Path(ledger_dir), "auto", quiet=True)
     import cupy as cp
 
     fill = cp.RawModule(code=SRC).get_function("fill")
@@ -210,8 +241,7 @@ class Run:
     # crash ----------------------------------------------------------------------------------
     def crashes(self) -> list[dict]:
         got = []
-        for route, how in (("native", "abort"), ("native-activity", "abort"), ("native-activity", "SIGKILL"),
-                           ("activity", "abort"), ("python", "abort")):
+        for route, how in (("native", "abort"), ("native", "SIGKILL")):
             d = WORK / "crash" / f"{route}_{how}"
             n = 500
             if how == "SIGKILL":
@@ -238,19 +268,24 @@ class Run:
     def probe(self) -> list[dict]:
         have_san = shutil.which("compute-sanitizer") is not None
         got = []
-        for route, cases in PROBE_ROUTES.items():
-            base = WORK / "probe" / route
+        for mode, cases in PROBE_MODES.items():
+            base = WORK / "probe" / mode.replace("/", "_")
             base.mkdir(parents=True, exist_ok=True)
-            env = {**os.environ, ROUTE: route, "FAULTHUNT_LEDGER": "auto"}
+            env = {k: v for k, v in os.environ.items() if k != ROUTE}
+            env["FAULTHUNT_LEDGER"] = mode.split("/")[0]
+            env.update(PROBE_ENV.get(mode, {}))
             for fw, fault, expect, evidence in cases:
+                if mode.startswith("auto"):
+                    expect = AUTO_EXPECT.get((fw, fault), expect)
                 if self.elapsed() > TOTAL_BUDGET:
-                    got.append({"route": route, "case": f"{fw}_{fault}", "ok": False, "reason": "skipped: time budget"})
+                    got.append({"route": mode, "case": f"{fw}_{fault}", "ok": False, "reason": "skipped: time budget"})
                     continue
                 e = probe_case(fw, fault, expect, evidence, base, env, have_san, cli=False)
-                e["route"] = route
+                e["route"] = mode  # the ledger mode (the column is shared with round 4's routes)
+                e["full_note"] = "--ledger full" in ((e.get("mapping") or {}).get("note") or "")
                 e.pop("mapping", None)
                 got.append(e)
-                print(f"[{self.elapsed():5.0f}s] {route:16} {e['case']:22} {e.get('verdict')!s:11} "
+                print(f"[{self.elapsed():5.0f}s] {mode:16} {e['case']:22} {e.get('verdict')!s:11} "
                       f"{'ok' if e.get('ok') else 'NO'} {e.get('launch_kernels')}", flush=True)
         with open(self.out / "probe.jsonl", "w") as fh:
             for r in got:
@@ -260,6 +295,8 @@ class Run:
     def keep_ledgers(self) -> None:
         """A few ledgers as evidence, each cut to its first 4000 lines."""
         picks = [p for p in (WORK / "probe").glob("*/ledgers/*_wild") if p.is_dir()]
+        # CuPy at the segment level (auto) and per array (full): the mapper's note and its absence
+        picks += [p for p in (WORK / "probe").glob("*/ledgers/cupy_slack") if p.is_dir()]
         picks += [p for p in (WORK / "loops").glob("cupy_*_0") if p.is_dir()]
         with tarfile.open(self.out / "ledgers.tgz", "w:gz") as tar:
             for d in picks:
@@ -314,12 +351,11 @@ def table(loops: list[dict], crashes: list[dict], probe: list[dict]) -> str:
             out.append(f"{fw:9} {cfg:22} {'/'.join(sorted(routes)):16} {statistics.median(o for _, o in pairs):9.4f} "
                        f"{statistics.median(s for s, _ in pairs):9.4f} {med:7.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
                        f"{added:9.1f}")
-            if (cfg not in ("off", "current", "python", "hook_noop") and not cfg.endswith("/cupti")
-                    and (fw not in best or med < best[fw][0])):
+            if cfg == "auto":
                 best[fw] = (med, cfg)
     out.append("")
     for fw, (med, cfg) in best.items():
-        out.append(f"best route with the refinements on, {fw}: {cfg} {med:.2f}x "
+        out.append(f"--ledger {cfg} (the default), {fw}: {med:.2f}x "
                    f"({'meets' if med <= 1.2 else 'misses'} the 1.2x goal)")
     out.append("")
     for c in crashes:
@@ -330,7 +366,7 @@ def table(loops: list[dict], crashes: list[dict], probe: list[dict]) -> str:
         out.append(f"{e.get('route', ''):16} {e.get('case', ''):22} {e.get('expect', '')!s:11} {e.get('verdict')!s:11} "
                    f"{'yes' if e.get('ok') else 'NO ':3} {e.get('evidence', '')} {e.get('launch_kernels') or ''} "
                    f"{('estimated ' + str(e['estimated_launches'])) if e.get('estimated_launches') else ''} "
-                   f"{e.get('reason', '')}")
+                   f"{'(says --ledger full) ' if e.get('full_note') else ''}{e.get('reason', '')}")
     n_ok = sum(1 for e in probe if e.get("ok"))
     out.append(f"verdicts: {n_ok} of {len(probe)} as expected")
     return "\n".join(out)

@@ -366,7 +366,7 @@ def probe_case(fw: str, fault: str, expect: str, evidence: str, out: Path, env: 
     pid = planted.get("pid")
     entry = {"case": name, "expect": expect, "evidence": evidence, "rc": rc, "pid": pid,
              "planted": hex(planted["address"]) if "address" in planted else None}
-    at_planted = planted.get("t")
+    at_planted = entry["planted_t"] = planted.get("t")
     if evidence == "xid":
         xids = [m for m in map(_XID31.match, added) if m and int(m.group(2)) == pid]
         if not xids:
