@@ -30,7 +30,7 @@ import codecs
 import dataclasses
 import itertools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from faulthunt.records.sanitizer import (
@@ -509,6 +509,120 @@ def _kernel_of(function: str | None) -> str | None:
     return k  # type: ignore[return-value]
 
 
+#: lines handed to the fold at a time
+_BATCH = 4096
+
+
+def _rare_detail(code: int, op: tuple[Any, ...], f: dict[str, Any], host: list[Frame], extra: list[str],
+                 prev: int) -> int:
+    """The detail lines of races, initcheck and old host frames (both folds call this); the code
+    the next line sees as the previous one."""
+    if code == D_IN and prev == D_HOST and host:
+        # 2021-2024 layout: "Host Frame:cudaLaunchKernel [0x70aae]" then "in /lib/libcudart.so.12"
+        if host[-1].module is None:
+            host[-1] = dataclasses.replace(host[-1], module=op[2])
+        return D_HOST  # an "in" line after this one continues the frame too
+    if code == D_RACE_AND:
+        f.setdefault("race_other", op[2])
+        if op[3] is not None:
+            f["hazards"] = (f.get("hazards") or 0) + op[3]
+    elif code == D_HAZARD_THREAD:
+        if "function" not in f:
+            f["access"], f["thread"] = op[2], op[3]
+            f.update(op[4])
+        else:
+            f.setdefault("race_other", op[5])
+    elif code == D_UNINIT:
+        if op[2] is not None:
+            f.setdefault("address", op[2][0])
+            f.setdefault("problem", op[2][1])
+        extra.append(op[1])
+    else:
+        extra.append(op[1])
+    return code
+
+
+def _fold(lines: list[str], state: list[Any], cache: dict[str, tuple[Any, ...]],
+          classify: Callable[[str], tuple[Any, ...]], end: Callable[..., None],
+          outside: Callable[[str], None], other: Callable[[tuple[Any, ...]], None],
+          out: list[SanitizerRecord]) -> None:
+    """Read a batch of lines into ``state`` (see TextLogParser.records), each finished record to ``out``.
+
+    This loop is the parser's hot path (a 100,000-record log is 800,000 turns of it);
+    ``_fold_native`` is the same loop compiled, this one is the route without it. The location's
+    four keys are only ever set together, so "function" absent means all four are.
+    """
+    f, text, host, device, extra, dropped, prev, closed_last, hint, index = state
+    get = cache.get
+    for raw in lines:
+        index += 1
+        op = get(raw)
+        if op is None:
+            op = classify(raw)
+            if len(raw) <= _CACHE_LINE:
+                if len(cache) >= _CACHE_MAX:
+                    cache.clear()
+                cache[raw] = op
+        code = op[0]
+        if code >= D_EXTRA:
+            if f is None:  # an indented line outside any record
+                closed_last = True
+                outside(op[1])
+                continue
+            if len(text) >= MAX_RECORD_LINES:
+                dropped += 1
+                continue
+            text.append(op[1])
+            if code == D_HOST:
+                host.append(op[2])
+            elif code == D_AT:
+                if "function" not in f:
+                    f.update(op[2])
+                else:
+                    extra.append(op[1])
+            elif code == D_WHO:
+                if "thread" not in f:
+                    f["thread"] = op[2]
+                if "block" not in f:
+                    f["block"] = op[3]
+            elif code == D_ADDR:
+                if "address" not in f:
+                    f["address"] = op[2]
+                if op[3] and "problem" not in f:
+                    f["problem"] = op[3]
+            elif code == D_NEAR:
+                f["alloc_base"], f["alloc_size"], f["alloc_relation"], f["alloc_distance"] = op[2:]
+            elif code == D_SAVED:
+                if "host_stack_at" not in f:
+                    f["host_stack_at"] = op[2]
+            elif code == D_DEVICE:
+                device.append(op[2])
+            elif code == D_EXTRA:
+                extra.append(op[1])
+            else:
+                code = _rare_detail(code, op, f, host, extra, prev)
+            prev = code
+            continue
+        if code == L_SKIP:
+            continue
+        if f is not None:
+            end(f, text, host, device, extra, dropped, hint, out)
+            f = None
+        closed_last = True
+        if code == L_HEAD:
+            f = op[2].copy()
+            f["index"] = index
+            hint = op[3]
+            text, host, device, extra = [op[1]], [], [], []
+            dropped, prev, closed_last = 0, -1, False
+        elif code != L_SEP:
+            other(op)
+    state[:] = [f, text, host, device, extra, dropped, prev, closed_last, hint, index]
+
+
+_fold_native: Callable[..., None] | None = None
+
+
 class TextLogParser:
     """Reads a text log a line at a time and hands on each record as soon as it is complete.
 
@@ -591,120 +705,49 @@ class TextLogParser:
     def records(self, lines: Iterable[str]) -> Iterator[SanitizerRecord]:
         """Every error record of ``lines``, in order, each as soon as it is complete."""
         it = iter(lines)
-        index = -1
         if self.prefix is None:
             head = _lookahead(it)
             self._setup(_detect_prefix(head))
             it = itertools.chain(head, it)
         else:
             self._setup(self.prefix)
-        cache = self._cache
-        get = cache.get
-        classify = self._classify
-        # the record being read: its fields (None: no record), text lines, frames, unparsed lines
-        f: dict[str, Any] | None = None
-        hint: str | None = None
-        text: list[str] = []
-        host: list[Frame] = []
-        device: list[Frame] = []
-        extra: list[str] = []
-        dropped = 0
-        prev = -1
-        closed_last = True
-        # One pass, the detail lines folded in as they come (this loop is the parser's hot path:
-        # a 100,000-record log is 800,000 turns of it). The location's four keys are only ever set
-        # together, so "function" absent means all four are.
-        for index, raw in enumerate(it):
-            op = get(raw)
-            if op is None:
-                op = classify(raw)
-                if len(raw) <= _CACHE_LINE:
-                    if len(cache) >= _CACHE_MAX:
-                        cache.clear()
-                    cache[raw] = op
-            code = op[0]
-            if code >= D_EXTRA:
-                if f is None:  # an indented line outside any record
-                    closed_last = True
-                    self._other(_head_level(op[1], False))
-                    continue
-                if len(text) >= MAX_RECORD_LINES:
-                    dropped += 1
-                    continue
-                text.append(op[1])
-                if code == D_HOST:
-                    host.append(op[2])
-                elif code == D_AT:
-                    if "function" not in f:
-                        f.update(op[2])
-                    else:
-                        extra.append(op[1])
-                elif code == D_WHO:
-                    if "thread" not in f:
-                        f["thread"] = op[2]
-                    if "block" not in f:
-                        f["block"] = op[3]
-                elif code == D_ADDR:
-                    if "address" not in f:
-                        f["address"] = op[2]
-                    if op[3] and "problem" not in f:
-                        f["problem"] = op[3]
-                elif code == D_NEAR:
-                    f["alloc_base"], f["alloc_size"], f["alloc_relation"], f["alloc_distance"] = op[2:]
-                elif code == D_SAVED:
-                    if "host_stack_at" not in f:
-                        f["host_stack_at"] = op[2]
-                elif code == D_DEVICE:
-                    device.append(op[2])
-                elif code == D_IN and prev == D_HOST and host:
-                    # 2021-2024 layout: "Host Frame:cudaLaunchKernel [0x70aae]" then "in /lib/libcudart.so.12"
-                    if host[-1].module is None:
-                        host[-1] = dataclasses.replace(host[-1], module=op[2])
-                    code = D_HOST  # an "in" line after this one continues the frame too
-                elif code == D_RACE_AND:
-                    f.setdefault("race_other", op[2])
-                    if op[3] is not None:
-                        f["hazards"] = (f.get("hazards") or 0) + op[3]
-                elif code == D_HAZARD_THREAD:
-                    if "function" not in f:
-                        f["access"], f["thread"] = op[2], op[3]
-                        f.update(op[4])
-                    else:
-                        f.setdefault("race_other", op[5])
-                elif code == D_UNINIT:
-                    if op[2] is not None:
-                        f.setdefault("address", op[2][0])
-                        f.setdefault("problem", op[2][1])
-                    extra.append(op[1])
-                else:
-                    extra.append(op[1])
-                prev = code
-                continue
-            if code == L_SKIP:
-                continue
-            if f is not None:
-                rec = self._finish(_close(f, text, host, device, extra, dropped), hint)
-                if rec is not None:
-                    yield rec
-                elif self._ready:
-                    yield from self._take_ready()
-                f = None
-            closed_last = True
-            if code == L_HEAD:
-                f = op[2].copy()
-                f["index"] = index
-                hint = op[3]
-                text, host, device, extra = [op[1]], [], [], []
-                dropped, prev, closed_last = 0, -1, False
-            elif code != L_SEP:
-                self._other(op)
+        # the record being read, between batches: fields (None: no record), its text lines, host
+        # frames, device frames, unparsed lines, lines dropped, the previous detail code, whether
+        # the last record was closed, the tool hint, the index of the last line read
+        state: list[Any] = [None, [], [], [], [], 0, -1, True, None, -1]
+        out: list[SanitizerRecord] = []
+        fold = _fold_native or _fold
+        args = (state, self._cache, self._classify, self._end, self._outside, self._other, out)
+        # lines in batches (list-building in C): the fold's loop runs over a list, a batch of
+        # records comes out of each, so memory stays one batch of lines and of records
+        while True:
+            batch = list(itertools.islice(it, _BATCH))
+            if not batch:
+                break
+            fold(batch, *args)
+            if out:
+                yield from out
+                out.clear()
+        f, closed_last = state[0], state[7]
         self.truncated = f is not None and not closed_last
         if f is not None:
-            rec = self._finish(_close(f, text, host, device, extra, dropped), hint)
-            if rec is not None:
-                yield rec
+            self._end(f, state[1], state[2], state[3], state[4], state[5], state[8], out)
+            yield from out
         self._flush(self._log_tool())
         yield from self._take_ready()
+
+    def _end(self, f: dict[str, Any], text: list[str], host: list[Frame], device: list[Frame],
+             extra: list[str], dropped: int, hint: str | None, out: list[SanitizerRecord]) -> None:
+        """A record whose lines have all been read: to ``out``, with any that waited before it."""
+        rec = self._finish(_close(f, text, host, device, extra, dropped), hint)
+        if rec is not None:
+            out.append(rec)
+        elif self._ready:
+            out.extend(self._take_ready())
+
+    def _outside(self, body: str) -> None:
+        """An indented line outside any record: a banner, summary or notice."""
+        self._other(_head_level(body, False))
 
     def _other(self, op: tuple[Any, ...]) -> None:
         """A banner, summary or notice line."""
