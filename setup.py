@@ -14,4 +14,16 @@ setup(ext_modules=[Extension(
     extra_compile_args=["-O2", "-pthread", "-fvisibility=hidden"],
     extra_link_args=["-pthread"],
     optional=True,
+), Extension(
+    # the line loop of `sanitize parse` (a CPython extension; parse_text.py has the same loop in Python)
+    "faulthunt.sanitizer._fold",
+    sources=["harness/sanitizer/_fold.c"],
+    extra_compile_args=["-O2"],
+    optional=True,
+), Extension(
+    # SanitizerRecord.json_text in one step (a CPython extension; records/sanitizer.py keeps the Python route)
+    "faulthunt.records._record_json",
+    sources=["harness/records/_record_json.c"],
+    extra_compile_args=["-O2"],
+    optional=True,
 )])

@@ -10,7 +10,10 @@ location and error kind. Both are frozen; ``to_json`` gives the documented JSON 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import os
 from json.encoder import encode_basestring_ascii as _json_str
+from collections.abc import Callable
 from typing import Any
 
 #: kinds of error records, in the words of ``sanitize parse --json``
@@ -222,8 +225,14 @@ class SanitizerRecord:
 
         ``sanitize parse --json`` prints one per record. Records of one error site share all their
         fields but the address, thread, block, nearest allocation and line number, so the text
-        around those is built once per distinct site and remembered.
+        around those is built once per distinct site and remembered. Where the compiled writer
+        (``_record_json.c``, built at install) is present it writes the text in one step, and this
+        Python route writes only the records it leaves (values of types the parsers never store).
         """
+        if _native_json is not None:
+            text = _native_json(self.__dict__, _jframes, _json_str)
+            if text is not None:
+                return text
         k1 = (self.tool, self.kind, self.kernel, self.function, self.file, self.line, self.access,
               self.space, self.size, self.problem)
         seg1 = _SEG1.get(k1)
@@ -252,6 +261,23 @@ class SanitizerRecord:
                 f"{'null' if t is None else '[%d, %d, %d]' % t}, \"block\": "
                 f"{'null' if b is None else '[%d, %d, %d]' % b}{seg2[2]}{near}{seg2[3]}{self.index}}}")
 
+
+#: set (to anything but empty) to run the sanitizer parser's Python routes only (tests; a suspect build)
+PURE_ENV = "FAULTHUNT_SANITIZER_PURE"
+
+
+def _load_native_json() -> Callable[[dict[str, Any], Any, Any], str | None] | None:
+    if os.environ.get(PURE_ENV):
+        return None
+    try:
+        native = importlib.import_module("faulthunt.records._record_json")
+    except ImportError:
+        return None
+    return native.record_json  # type: ignore[no-any-return]
+
+
+#: SanitizerRecord.json_text compiled, or None (tests set it to None to run the Python route)
+_native_json = _load_native_json()
 
 #: the text of json_text around its per-record values, by the fields it is made of
 _SEG1: dict[tuple[Any, ...], tuple[str, str]] = {}

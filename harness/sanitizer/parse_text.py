@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import functools
+import importlib
 import itertools
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from faulthunt.records.sanitizer import (
-    API_ERROR, GUARDRAIL, HARDWARE_EXCEPTION, HOST_API_ACCESS, LEAK, MALLOC_FREE, MEMORY_ACCESS,
+    API_ERROR, GUARDRAIL, HARDWARE_EXCEPTION, HOST_API_ACCESS, LEAK, MALLOC_FREE, MEMORY_ACCESS, PURE_ENV,
     RACE, SYNC_ERROR, UNINITIALIZED_READ, UNUSED_MEMORY, Frame, SanitizerRecord,
 )
 from faulthunt.sanitizer.demangle import clone_parent
@@ -620,7 +623,23 @@ def _fold(lines: list[str], state: list[Any], cache: dict[str, tuple[Any, ...]],
     state[:] = [f, text, host, device, extra, dropped, prev, closed_last, hint, index]
 
 
-_fold_native: Callable[..., None] | None = None
+def _load_native() -> Callable[..., None] | None:
+    """The compiled fold (``_fold.c``, built at install), or None: then ``_fold`` runs."""
+    if os.environ.get(PURE_ENV):
+        return None
+    try:
+        native = importlib.import_module("faulthunt.sanitizer._fold")
+    except ImportError:
+        return None
+    codes = (L_SKIP, L_SEP, L_HEAD, D_EXTRA, D_AT, D_WHO, D_ADDR, D_NEAR, D_RACE_AND, D_HOST, D_DEVICE,
+             D_SAVED, D_IN, D_HAZARD_THREAD, D_UNINIT)
+    if getattr(native, "CODES", None) != codes:
+        return None  # built from another version of this file
+    return functools.partial(native.fold, _rare_detail, (_CACHE_LINE, _CACHE_MAX, MAX_RECORD_LINES))
+
+
+#: the fold a parser uses: compiled when it was built (tests set this to None to run ``_fold``)
+_fold_native: Callable[..., None] | None = _load_native()
 
 
 class TextLogParser:
