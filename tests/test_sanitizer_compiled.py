@@ -170,3 +170,22 @@ def test_python_routes_print_what_is_recorded(key: str, argv: list[str], monkeyp
     monkeypatch.setattr(PT, "_fold_native", None)
     monkeypatch.setattr(rs, "_native_json", None)
     assert _digest(argv) == json.loads(MANIFEST.read_text())[key]
+
+
+WHO_LINES = ["by thread (1,2,3) in block (4,5,6)", "by thread (1,2,3) in block (4,5,6) ", "by thread (1,2,3) in block (4,5,6)x",
+             "by thread (1, 2,3) in block (4,5,6)", "by thread (123456789012345678,0,0) in block (0,0,9)",
+             "by thread (1234567890123456789,0,0) in block (0,0,9)", "by thread (99999999999999999999,0,0) in block (1,1,1)",
+             "by thread (\u0661,0,0) in block (1,1,1)", "by thread (007,0,0) in block (1,1,1)", "by thread (,0,0) in block (1,1,1)",
+             "by thread (1,0,0) in block (1,1,1", "by thread (1,0,0)  in block (1,1,1)", "by thread (1,0,0) in block (1,1,1)\u00a0"]
+
+
+@needs_fold
+@pytest.mark.parametrize("indent", ["", " ", "  ", "   ", "    ", "\t\t\t", " \t ", "     "])
+def test_thread_lines_read_alike(indent: str) -> None:
+    """The compiled fold reads ``by thread`` lines itself: every near miss of their shape is the same."""
+    head = "========= Invalid __global__ write of size 4 bytes\n"
+    text = "".join(f"{head}========= {indent}{who}\n=========\n" for who in WHO_LINES)
+    records, _ = _parse(text, None)
+    assert len(records) == len(WHO_LINES)
+    _same(text)
+    _same(text.replace("=========", "==== PFX"))  # another prefix: the common-line path is off

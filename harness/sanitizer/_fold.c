@@ -123,27 +123,88 @@ static long detail(long code, PyObject *op, PyObject *f, PyObject *host, PyObjec
     }
 }
 
+/* digits of a dimension: 1 to 18 ASCII digits at s[*i], then `end`; -1 when not */
+static long long dim_part(const Py_UCS1 *s, Py_ssize_t n, Py_ssize_t *i, char end)
+{
+    long long v = 0;
+    Py_ssize_t start = *i;
+    while (*i < n && s[*i] >= '0' && s[*i] <= '9' && *i - start < 18)
+        v = v * 10 + (s[(*i)++] - '0');
+    if (*i == start || *i >= n || s[*i] != end)
+        return -1;
+    (*i)++;
+    return v;
+}
+
+/* The class of the commonest line that is rarely seen twice, `<lead>   by thread (t,t,t) in
+ * block (b,b,b)` (ASCII, nothing after): (D_WHO, body, thread, block), what `classify` returns
+ * for it. NULL without an error for any other line, which `classify` then reads. */
+static PyObject *who_line(PyObject *raw, PyObject *lead)
+{
+    static const char by[] = "by thread (", in[] = " in block (";
+    const Py_UCS1 *s;
+    Py_ssize_t n, i, start, k;
+    long long v[6];
+    PyObject *body, *t, *b, *code;
+    if (lead == Py_None || !PyUnicode_Check(raw) || !PyUnicode_IS_ASCII(raw) || !PyUnicode_IS_ASCII(lead))
+        return NULL;
+    s = PyUnicode_1BYTE_DATA(raw);
+    n = PyUnicode_GET_LENGTH(raw);
+    i = PyUnicode_GET_LENGTH(lead);
+    if (n < i || memcmp(s, PyUnicode_1BYTE_DATA(lead), (size_t)i) != 0)
+        return NULL;
+    start = i;
+    while (i < n && (s[i] == ' ' || s[i] == '\t'))
+        i++;
+    if (i - start < 3 || n - i < (Py_ssize_t)sizeof by - 1 || memcmp(s + i, by, sizeof by - 1) != 0)
+        return NULL;
+    start = i;
+    i += sizeof by - 1;
+    for (k = 0; k < 6; k++) {
+        v[k] = dim_part(s, n, &i, k == 2 || k == 5 ? ')' : ',');
+        if (v[k] < 0)
+            return NULL;
+        if (k == 2) {
+            if (n - i < (Py_ssize_t)sizeof in - 1 || memcmp(s + i, in, sizeof in - 1) != 0)
+                return NULL;
+            i += sizeof in - 1;
+        }
+    }
+    if (i != n)
+        return NULL;
+    body = PyUnicode_Substring(raw, start, n);
+    t = Py_BuildValue("(LLL)", v[0], v[1], v[2]);
+    b = Py_BuildValue("(LLL)", v[3], v[4], v[5]);
+    code = PyLong_FromLong(D_WHO);
+    if (body == NULL || t == NULL || b == NULL || code == NULL) {
+        Py_XDECREF(body); Py_XDECREF(t); Py_XDECREF(b); Py_XDECREF(code);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNN)", code, body, t, b);
+}
+
 static PyObject *call1(PyObject *fn, PyObject *arg)
 {
     return PyObject_CallOneArg(fn, arg);
 }
 
-/* fold(rare, limits, lines, state, cache, classify, end, outside, other, out): see parse_text._fold */
+/* fold(rare, limits, lines, state, cache, classify, end, outside, other, out, lead): see parse_text._fold */
 static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *rare, *limits, *lines, *state, *cache, *classify, *end, *outside, *other, *out;
+    PyObject *rare, *limits, *lines, *state, *cache, *classify, *end, *outside, *other, *out, *lead;
     PyObject *f, *text, *host, *device, *extra, *hint;
     Py_ssize_t cache_line, cache_max, max_lines, dropped, index, i;
     long prev;
     int closed_last;
     PyObject *op = NULL, *res;
 
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "fold() takes 10 arguments");
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "fold() takes 11 arguments");
         return NULL;
     }
     rare = args[0]; limits = args[1]; lines = args[2]; state = args[3]; cache = args[4];
     classify = args[5]; end = args[6]; outside = args[7]; other = args[8]; out = args[9];
+    lead = args[10];
     if (!PyTuple_Check(limits) || PyTuple_GET_SIZE(limits) != 3 || !PyList_Check(lines)
         || !PyList_Check(state) || PyList_GET_SIZE(state) != 10 || !PyDict_Check(cache)) {
         PyErr_SetString(PyExc_TypeError, "fold(): bad arguments");
@@ -179,8 +240,8 @@ static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         } else {
             if (PyErr_Occurred())
                 goto error;
-            op = call1(classify, raw);
-            if (op == NULL)
+            op = who_line(raw, lead);
+            if (op == NULL && (PyErr_Occurred() || (op = call1(classify, raw)) == NULL))
                 goto error;
             len = PyUnicode_Check(raw) ? PyUnicode_GET_LENGTH(raw) : PyObject_Length(raw);
             if (len < 0)

@@ -548,12 +548,15 @@ def _rare_detail(code: int, op: tuple[Any, ...], f: dict[str, Any], host: list[F
 def _fold(lines: list[str], state: list[Any], cache: dict[str, tuple[Any, ...]],
           classify: Callable[[str], tuple[Any, ...]], end: Callable[..., None],
           outside: Callable[[str], None], other: Callable[[tuple[Any, ...]], None],
-          out: list[SanitizerRecord]) -> None:
+          out: list[SanitizerRecord], lead: str | None) -> None:
     """Read a batch of lines into ``state`` (see TextLogParser.records), each finished record to ``out``.
 
     This loop is the parser's hot path (a 100,000-record log is 800,000 turns of it);
     ``_fold_native`` is the same loop compiled, this one is the route without it. The location's
-    four keys are only ever set together, so "function" absent means all four are.
+    four keys are only ever set together, so "function" absent means all four are. ``lead`` is
+    the prefix and its blank when lines start plainly with it (else None): the compiled fold reads
+    the ``by thread`` line after it itself (every record has one, and it seldom repeats), this
+    one leaves it to ``classify`` like every other line.
     """
     f, text, host, device, extra, dropped, prev, closed_last, hint, index = state
     get = cache.get
@@ -736,7 +739,8 @@ class TextLogParser:
         state: list[Any] = [None, [], [], [], [], 0, -1, True, None, -1]
         out: list[SanitizerRecord] = []
         fold = _fold_native or _fold
-        args = (state, self._cache, self._classify, self._end, self._outside, self._other, out)
+        args = (state, self._cache, self._classify, self._end, self._outside, self._other, out,
+                self._lead or None)
         # lines in batches (list-building in C): the fold's loop runs over a list, a batch of
         # records comes out of each, so memory stays one batch of lines and of records
         while True:
