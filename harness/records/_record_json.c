@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct {
@@ -108,20 +109,35 @@ static int put_null_or_int(Buf *b, PyObject *v)
     return put_int(b, v);
 }
 
+/* strings lately found to need no escaping, held (so an address cannot come back as another
+ * string): the kernel, file and message of one error site are the same objects record after record */
+#define PLAIN_SLOTS 64
+#define PLAIN_MAX 4096
+static PyObject *plain[PLAIN_SLOTS];
+
 static int put_str(Buf *b, PyObject *v, PyObject *escape)
 {
     Py_ssize_t n, i;
     const Py_UCS1 *d;
     PyObject *e;
     int rc;
+    size_t slot = ((size_t)(uintptr_t)v >> 4) % PLAIN_SLOTS;
     if (!PyUnicode_CheckExact(v))
         return 0;
     n = PyUnicode_GET_LENGTH(v);
     if (PyUnicode_IS_ASCII(v)) {
         d = PyUnicode_1BYTE_DATA(v);
-        for (i = 0; i < n; i++)
-            if (d[i] < 0x20 || d[i] > 0x7e || d[i] == '"' || d[i] == '\\')
-                break;
+        if (plain[slot] == v) {
+            i = n;
+        } else {
+            for (i = 0; i < n; i++)
+                if (d[i] < 0x20 || d[i] > 0x7e || d[i] == '"' || d[i] == '\\')
+                    break;
+            if (i == n && n <= PLAIN_MAX) {
+                Py_INCREF(v);
+                Py_XSETREF(plain[slot], v);
+            }
+        }
         if (i == n) {
             if (grow(b, (size_t)n + 2) < 0)
                 return -1;
@@ -277,7 +293,9 @@ static PyObject *record_json(PyObject *self, PyObject *const *args, Py_ssize_t n
     STEP(((v = field(d, K_INDEX, NULL)) == NULL ? (PyErr_Occurred() ? -1 : put(&b, "0", 1) < 0 ? -1 : 1)
           : put_int(&b, v)));
     LIT("}");
-    out = PyUnicode_DecodeASCII(b.p, (Py_ssize_t)b.n, NULL);
+    out = PyUnicode_New((Py_ssize_t)b.n, 127);  /* every byte written is ASCII */
+    if (out != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(out), b.p, b.n);
 done:
     if (b.p != b.local)
         PyMem_Free(b.p);

@@ -498,6 +498,7 @@ def _shared(frames: list[Frame]) -> tuple[Frame, ...]:
 
 
 _CLONE_PARENT: dict[str | None, str | None] = {}
+_from_fields = SanitizerRecord.from_fields
 
 
 def _kernel_of(function: str | None) -> str | None:
@@ -762,7 +763,22 @@ class TextLogParser:
     def _end(self, f: dict[str, Any], text: list[str], host: list[Frame], device: list[Frame],
              extra: list[str], dropped: int, hint: str | None, out: list[SanitizerRecord]) -> None:
         """A record whose lines have all been read: to ``out``, with any that waited before it."""
-        rec = self._finish(_close(f, text, host, device, extra, dropped), hint)
+        if dropped or device:
+            _close(f, text, host, device, extra, dropped)
+        else:  # _close without device frames, inline (once a record)
+            f["kernel"] = _kernel_of(f.get("function"))
+            f["device_frames"] = ()
+            f["host_frames"] = _shared(host) if host else ()
+            f["extra"] = tuple(extra)
+            f["lines"] = tuple(text)
+        if hint and not self._pending:  # _finish of a record that names its tool, inline
+            self.count += 1
+            votes = self._votes
+            votes[hint] = votes.get(hint, 0) + 1
+            f["tool"] = self.tool or hint
+            out.append(_from_fields(f))
+            return
+        rec = self._finish(f, hint)
         if rec is not None:
             out.append(rec)
         elif self._ready:
