@@ -189,3 +189,29 @@ def test_thread_lines_read_alike(indent: str) -> None:
     assert len(records) == len(WHO_LINES)
     _same(text)
     _same(text.replace("=========", "==== PFX"))  # another prefix: the common-line path is off
+
+
+HW_PIECES = [*PT.HW_EXCEPTIONS, "İllegal address", "ILLEGAL ADDRESS", "Warp Illegal Address:", "Lane  user",
+             "\u212aernel", "ΣΣ illegal address", "out-of-range shared or local address.", "warning: x", " illegal address"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(HW_PIECES), st.text(ANY_CHAR, max_size=8), st.text(ANY_CHAR, max_size=8))
+def test_hardware_names_prefilter_changes_no_answer(piece: str, before: str, after: str) -> None:
+    """head_fields tries the hardware names only where a name's first word begins the line."""
+    assert max(map(len, PT._HW_FIRST_WORDS)) <= 16
+    for body in (piece, piece + after, before + piece, piece + " " + after, piece + ":" + after):
+        full = PT._HW_NAME.match(body.lower().rstrip(". ")) is not None
+        assert not full or body[:16].lower().startswith(PT._HW_FIRST_WORDS)
+        if full:
+            assert PT.head_fields(body) == (PT.HARDWARE_EXCEPTION, {})
+
+
+def test_small_numbers_read_as_int_reads_them() -> None:
+    for text in ("0", "7", "4095", "4096", "007", "00", "-1", "+1", " 1", "\u0661", "1_0"):
+        got = PT._dim((text, "1", "2"), 0)
+        try:
+            want = (int(text), 1, 2)
+        except ValueError:
+            want = None
+        assert got == want or (got is None and want is None)

@@ -141,9 +141,17 @@ def _drop_period(text: str) -> str:
 def _dim(g: tuple[Any, ...], at: int) -> tuple[int, int, int] | None:
     """Three ``\\d+`` groups as ints; None when one is absurdly long (int() would raise)."""
     x, y, z = g[at], g[at + 1], g[at + 2]
+    small = _SMALL.get
+    xi, yi, zi = small(x), small(y), small(z)
+    if xi is not None and yi is not None and zi is not None:
+        return (xi, yi, zi)
     if len(x) > MAX_DIGITS or len(y) > MAX_DIGITS or len(z) > MAX_DIGITS:
         return None
     return (int(x), int(y), int(z))
+
+
+#: small numbers by their canonical text (a lookup costs a fifth of int() of a str)
+_SMALL = {str(i): i for i in range(4096)}
 
 
 def _banner_prefix(line: str) -> str | None:
@@ -223,11 +231,14 @@ def _location_fields(loc: str) -> dict[str, Any]:
 
 #: a hardware exception's name, alone or followed by a space or a colon (lower-case)
 _HW_NAME = re.compile("(?:" + "|".join(re.escape(n) for n in HW_EXCEPTIONS) + r")(?:[ :]|\Z)")
+_HW_FIRST_WORDS = tuple(sorted({n.split(" ")[0] for n in HW_EXCEPTIONS}))
 
 
 def head_fields(body: str) -> tuple[str, dict[str, Any]] | None:
     """``(kind, fields)`` of the record a head line starts, or None when it starts none."""
-    if _HW_NAME.match(body.lower().rstrip(". ")):
+    # the expression only where a name's first word begins the line (the same answer: lower() of
+    # the first 16 characters begins as lower() of the whole line does, and no first word is longer)
+    if body[:16].lower().startswith(_HW_FIRST_WORDS) and _HW_NAME.match(body.lower().rstrip(". ")):
         return HARDWARE_EXCEPTION, {}
     c = body[:1]
     if c in ("I", "i", "P"):
