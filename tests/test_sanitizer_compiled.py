@@ -215,3 +215,17 @@ def test_small_numbers_read_as_int_reads_them() -> None:
         except ValueError:
             want = None
         assert got == want or (got is None and want is None)
+
+
+@needs_json
+def test_json_lines_agree_and_fall_back_per_record(generated: list[str]) -> None:
+    records = _records_everywhere(generated)[:3000]
+    base = SanitizerRecord.from_fields({"kind": "memory_access", "message": "Invalid"})
+    odd = [dataclasses.replace(base, line=True), dataclasses.replace(base, message="é\"\\"), base]
+    mixed = records[:5] + odd + records[5:]
+    want = [r._json_text_py() for r in mixed]  # (json.dumps writes line=True as true, json_text as 1)
+    assert rs.json_lines(mixed) == want
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rs, "_native_json", None)
+        assert rs.json_lines(mixed) == want
+    assert rs.json_lines([]) == []

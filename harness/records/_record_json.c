@@ -233,17 +233,13 @@ static PyObject *field(PyObject *d, PyObject *key, PyObject *dflt)
 #define S(k) STEP((F(k, Py_None) : put_null_or_str(&b, v, escape)))
 #define I(k) STEP((F(k, Py_None) : put_null_or_int(&b, v)))
 
-static PyObject *record_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* the text of one record's fields (new reference), None when a value is left to Python, NULL on error */
+static PyObject *encode(PyObject *d, PyObject *jframes, PyObject *escape)
 {
-    PyObject *d, *jframes, *escape, *v, *out = NULL;
+    PyObject *v, *out = NULL;
     Buf b;
     int ok = 1;
     Py_ssize_t k;
-    if (nargs != 3 || !PyDict_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "record_json(fields: dict, jframes, escape)");
-        return NULL;
-    }
-    d = args[0]; jframes = args[1]; escape = args[2];
     b.p = b.local; b.n = 0; b.cap = sizeof b.local;
 
     LIT("{\"tool\": "); S(TOOL);
@@ -306,9 +302,65 @@ done:
     return out;
 }
 
+static PyObject *record_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "record_json(fields: dict, jframes, escape)");
+        return NULL;
+    }
+    return encode(args[0], args[1], args[2]);
+}
+
+/* records_json(records: list, jframes, escape, fallback): the text of every record, fallback(record)
+ * where encode leaves one to Python (or the record keeps no __dict__) */
+static PyObject *records_json(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *records, *out, *rec, *d, *text;
+    Py_ssize_t i, n;
+    if (nargs != 4 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "records_json(records: list, jframes, escape, fallback)");
+        return NULL;
+    }
+    records = args[0];
+    n = PyList_GET_SIZE(records);
+    if ((out = PyList_New(n)) == NULL)
+        return NULL;
+    for (i = 0; i < n && i < PyList_GET_SIZE(records); i++) {
+        rec = PyList_GET_ITEM(records, i);
+        Py_INCREF(rec);
+        d = PyObject_GenericGetDict(rec, NULL);
+        if (d == NULL) {
+            PyErr_Clear();
+            text = Py_NewRef(Py_None);
+        } else {
+            text = PyDict_Check(d) ? encode(d, args[1], args[2]) : Py_NewRef(Py_None);
+            Py_DECREF(d);
+        }
+        if (text == Py_None) {
+            Py_DECREF(text);
+            text = PyObject_CallOneArg(args[3], rec);
+        }
+        Py_DECREF(rec);
+        if (text == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, text);
+    }
+    if (i < n) { /* the list shrank under a fallback: never in practice, kept well-formed */
+        if (PyList_SetSlice(out, i, n, NULL) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"record_json", (PyCFunction)(void (*)(void))record_json, METH_FASTCALL,
      "SanitizerRecord.json_text from the record's __dict__; None: leave it to Python."},
+    {"records_json", (PyCFunction)(void (*)(void))records_json, METH_FASTCALL,
+     "[r.json_text() for r in records], fallback(r) where record_json leaves r to Python."},
     {NULL, NULL, 0, NULL},
 };
 

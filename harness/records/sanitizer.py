@@ -233,6 +233,10 @@ class SanitizerRecord:
             text = _native_json(self.__dict__, _jframes, _json_str)
             if text is not None:
                 return text
+        return self._json_text_py()
+
+    def _json_text_py(self) -> str:
+        """json_text's Python route."""
         k1 = (self.tool, self.kind, self.kernel, self.function, self.file, self.line, self.access,
               self.space, self.size, self.problem)
         seg1 = _SEG1.get(k1)
@@ -266,18 +270,29 @@ class SanitizerRecord:
 PURE_ENV = "FAULTHUNT_SANITIZER_PURE"
 
 
-def _load_native_json() -> Callable[[dict[str, Any], Any, Any], str | None] | None:
+def _load_native_json() -> Any:
+    """The compiled writer (``_record_json.c``, built at install), or None."""
     if os.environ.get(PURE_ENV):
         return None
     try:
-        native = importlib.import_module("faulthunt.records._record_json")
+        return importlib.import_module("faulthunt.records._record_json")
     except ImportError:
         return None
-    return native.record_json  # type: ignore[no-any-return]
 
 
+_NATIVE = _load_native_json()
 #: SanitizerRecord.json_text compiled, or None (tests set it to None to run the Python route)
-_native_json = _load_native_json()
+_native_json: Callable[[dict[str, Any], Any, Any], str | None] | None = _NATIVE and _NATIVE.record_json
+#: json_lines compiled, or None
+_native_json_list: Callable[[list[SanitizerRecord], Any, Any, Any], list[str]] | None = (
+    _NATIVE and _NATIVE.records_json)
+
+
+def json_lines(records: list[SanitizerRecord]) -> list[str]:
+    """``[r.json_text() for r in records]``: ``sanitize parse --json``'s lines (compiled where built)."""
+    if _native_json_list is None or _native_json is None:
+        return [r.json_text() for r in records]
+    return _native_json_list(records, _jframes, _json_str, SanitizerRecord._json_text_py)
 
 #: the text of json_text around its per-record values, by the fields it is made of
 _SEG1: dict[tuple[Any, ...], tuple[str, str]] = {}

@@ -225,8 +225,20 @@ _KIND_TOOL = {
 
 
 def _location_fields(loc: str) -> dict[str, Any]:
-    func, file, line, pc = parse_location(loc)
-    return {"function": func, "file": file, "line": line, "pc": pc}
+    """The location's four fields (remembered for short texts: racecheck prints one location
+    after thousands of different thread indices)."""
+    hit = _LOCATIONS.get(loc)
+    if hit is None:
+        func, file, line, pc = parse_location(loc)
+        hit = {"function": func, "file": file, "line": line, "pc": pc}
+        if len(loc) <= _CACHE_LINE:
+            if len(_LOCATIONS) >= _CACHE_MAX:
+                _LOCATIONS.clear()
+            _LOCATIONS[loc] = hit
+    return hit.copy()
+
+
+_LOCATIONS: dict[str, dict[str, Any]] = {}
 
 
 #: a hardware exception's name, alone or followed by a space or a colon (lower-case)
@@ -738,6 +750,10 @@ class TextLogParser:
     # --- the line loop ----------------------------------------------------------------------------
     def records(self, lines: Iterable[str]) -> Iterator[SanitizerRecord]:
         """Every error record of ``lines``, in order, each as soon as it is complete."""
+        return itertools.chain.from_iterable(self.record_batches(lines))
+
+    def record_batches(self, lines: Iterable[str]) -> Iterator[list[SanitizerRecord]]:
+        """The records of :meth:`records` in lists, as they come out of each batch of lines."""
         it = iter(lines)
         if self.prefix is None:
             head = _lookahead(it)
@@ -761,15 +777,16 @@ class TextLogParser:
                 break
             fold(batch, *args)
             if out:
-                yield from out
+                yield out[:]
                 out.clear()
         f, closed_last = state[0], state[7]
         self.truncated = f is not None and not closed_last
         if f is not None:
             self._end(f, state[1], state[2], state[3], state[4], state[5], state[8], out)
-            yield from out
         self._flush(self._log_tool())
-        yield from self._take_ready()
+        out += self._take_ready()
+        if out:
+            yield out
 
     def _end(self, f: dict[str, Any], text: list[str], host: list[Frame], device: list[Frame],
              extra: list[str], dropped: int, hint: str | None, out: list[SanitizerRecord]) -> None:
