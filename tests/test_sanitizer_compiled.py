@@ -229,3 +229,21 @@ def test_json_lines_agree_and_fall_back_per_record(generated: list[str]) -> None
         mp.setattr(rs, "_native_json", None)
         assert rs.json_lines(mixed) == want
     assert rs.json_lines([]) == []
+
+
+@pytest.mark.parametrize("path", _captures()[:6] + [DATA / "h200" / "san_numba.txt"], ids=lambda p: p.name)
+def test_every_way_in_reads_the_same(path: Path) -> None:
+    """Lines as a list, as a stream, and as the reader's lists of lines (the banner found in any of them)."""
+    raw = path.read_bytes()
+    text = raw.decode("utf-8", "replace")
+    want = _parse(text, PT._fold_native)
+    for prefix_lines in (0, 3000):  # a banner past the first list of lines, or in it
+        padded = "app output\n" * prefix_lines + text
+        want = _parse(padded, PT._fold_native)
+        p1 = PT.TextLogParser()
+        assert (list(p1.records(iter(padded.splitlines()))), p1.summary()) == want
+        data = padded.encode()
+        chunks = [data[i:i + 997] for i in range(0, len(data), 997)]
+        p2 = PT.TextLogParser()
+        got = [r for batch in p2.record_batches(PT.iter_line_batches(chunks)) for r in batch]
+        assert (got, p2.summary()) == want

@@ -132,7 +132,7 @@ def _parse(args: argparse.Namespace) -> int:
 
 def _parse_log(args: argparse.Namespace) -> int:
     from faulthunt.errors import InputError
-    from faulthunt.sanitizer.parse_text import TextLogParser, iter_lines
+    from faulthunt.sanitizer.parse_text import TextLogParser, iter_line_batches
     from faulthunt.sanitizer.parse_xml import XmlParser, looks_like_xml
 
     try:
@@ -160,7 +160,7 @@ def _parse_log(args: argparse.Namespace) -> int:
                       f"read {xml.count} complete record(s)", file=sys.stderr)
             return status
         text = TextLogParser(prefix=args.prefix, tool=args.as_tool)
-        status = _emit(text.record_batches(iter_lines(data)), args)
+        status = _emit(text.record_batches(iter_line_batches(data)), args)
     if not text.count and b"\x00" in head[:4096]:
         print(f"faulthunt sanitize parse: {args.path} looks binary (a --save file without --xml?); "
               f"turn it into text with `compute-sanitizer --read {args.path}`", file=sys.stderr)

@@ -19,6 +19,8 @@ enum {
     D_HAZARD_THREAD, D_UNINIT
 };
 
+static PyObject *empty, *one, *k_kernel, *k_device_frames, *k_host_frames, *k_extra, *k_lines, *k_tool,
+    *k_dict;
 static PyObject *k_function, *k_thread, *k_block, *k_address, *k_problem, *k_alloc_base,
     *k_alloc_size, *k_alloc_relation, *k_alloc_distance, *k_host_stack_at, *k_index, *k_copy;
 
@@ -183,30 +185,124 @@ static PyObject *who_line(PyObject *raw, PyObject *lead)
     return Py_BuildValue("(NNNN)", code, body, t, b);
 }
 
+/* What TextLogParser._end does with a record that names its tool and has no device frames,
+ * nothing dropped and nothing waiting before it, when the kernel of its function and its host
+ * stack are both remembered already: the last fields, the vote, the record, to `out`.
+ * 1: done; 0: not such a record (nothing changed; Python's _end takes it); -1: error. */
+static int end_fast(PyObject *fast, PyObject *f, PyObject *text, PyObject *host, PyObject *device,
+                    PyObject *extra, Py_ssize_t dropped, PyObject *hint, PyObject *out)
+{
+    PyObject *pending = PyTuple_GET_ITEM(fast, 0), *votes = PyTuple_GET_ITEM(fast, 1);
+    PyObject *tool = PyTuple_GET_ITEM(fast, 2), *kernels = PyTuple_GET_ITEM(fast, 3);
+    PyObject *stacks = PyTuple_GET_ITEM(fast, 4), *cls = PyTuple_GET_ITEM(fast, 5);
+    PyObject *function, *kernel, *stack, *key, *v, *t, *rec;
+    Py_ssize_t n = PyList_GET_SIZE(host), k;
+    int truth;
+    if (dropped || PyList_GET_SIZE(device) || !PyUnicode_CheckExact(hint) || PyUnicode_GET_LENGTH(hint) == 0
+        || !PyList_Check(pending) || PyList_GET_SIZE(pending))
+        return 0;
+    function = PyDict_GetItemWithError(f, k_function);
+    if (function == NULL && PyErr_Occurred())
+        return -1;
+    kernel = PyDict_GetItemWithError(kernels, function ? function : Py_None);
+    if (kernel == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    stack = empty;
+    if (n) {
+        /* _shared's key: id(frames[0]) alone, else the tuple of their ids */
+        if (n == 1) {
+            key = PyLong_FromVoidPtr(PyList_GET_ITEM(host, 0));
+        } else if ((key = PyTuple_New(n)) != NULL) {
+            for (k = 0; k < n; k++) {
+                if ((v = PyLong_FromVoidPtr(PyList_GET_ITEM(host, k))) == NULL) {
+                    Py_CLEAR(key);
+                    break;
+                }
+                PyTuple_SET_ITEM(key, k, v);
+            }
+        }
+        if (key == NULL)
+            return -1;
+        stack = PyDict_GetItemWithError(stacks, key);
+        Py_DECREF(key);
+        if (stack == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+    }
+    Py_INCREF(kernel);
+    Py_INCREF(stack);
+    if (PyDict_SetItem(f, k_kernel, kernel) < 0 || PyDict_SetItem(f, k_device_frames, empty) < 0
+        || PyDict_SetItem(f, k_host_frames, stack) < 0) {
+        Py_DECREF(kernel);
+        Py_DECREF(stack);
+        return -1;
+    }
+    Py_DECREF(kernel);
+    Py_DECREF(stack);
+    if ((t = PyList_AsTuple(extra)) == NULL || PyDict_SetItem(f, k_extra, t) < 0) {
+        Py_XDECREF(t);
+        return -1;
+    }
+    Py_DECREF(t);
+    if ((t = PyList_AsTuple(text)) == NULL || PyDict_SetItem(f, k_lines, t) < 0) {
+        Py_XDECREF(t);
+        return -1;
+    }
+    Py_DECREF(t);
+    /* votes[hint] = votes.get(hint, 0) + 1 */
+    v = PyDict_GetItemWithError(votes, hint);
+    if (v == NULL && PyErr_Occurred())
+        return -1;
+    v = v == NULL ? PyLong_FromLong(1) : PyNumber_Add(v, one);
+    if (v == NULL || PyDict_SetItem(votes, hint, v) < 0) {
+        Py_XDECREF(v);
+        return -1;
+    }
+    Py_DECREF(v);
+    /* f["tool"] = self.tool or hint */
+    if ((truth = PyObject_IsTrue(tool)) < 0 || PyDict_SetItem(f, k_tool, truth ? tool : hint) < 0)
+        return -1;
+    /* SanitizerRecord.from_fields(f): object.__new__(cls), then object.__setattr__(rec, "__dict__", f) */
+    rec = PyBaseObject_Type.tp_new((PyTypeObject *)cls, empty, NULL);
+    if (rec == NULL)
+        return -1;
+    if (PyObject_GenericSetAttr(rec, k_dict, f) < 0 || PyList_Append(out, rec) < 0) {
+        Py_DECREF(rec);
+        return -1;
+    }
+    Py_DECREF(rec);
+    return 1;
+}
+
 static PyObject *call1(PyObject *fn, PyObject *arg)
 {
     return PyObject_CallOneArg(fn, arg);
 }
 
-/* fold(rare, limits, lines, state, cache, classify, end, outside, other, out, lead): see parse_text._fold */
+/* fold(rare, limits, lines, state, cache, classify, end, outside, other, out, lead, fast): see
+ * parse_text._fold; `fast` is (pending, votes, tool, kernels, stacks, record class) for end_fast.
+ * Returns the number of records end_fast made (the parser counts them). */
 static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *rare, *limits, *lines, *state, *cache, *classify, *end, *outside, *other, *out, *lead;
+    PyObject *rare, *limits, *lines, *state, *cache, *classify, *end, *outside, *other, *out, *lead, *fast;
+    Py_ssize_t finished = 0;
     PyObject *f, *text, *host, *device, *extra, *hint;
     Py_ssize_t cache_line, cache_max, max_lines, dropped, index, i;
     long prev;
     int closed_last;
     PyObject *op = NULL, *res;
 
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "fold() takes 11 arguments");
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "fold() takes 12 arguments");
         return NULL;
     }
     rare = args[0]; limits = args[1]; lines = args[2]; state = args[3]; cache = args[4];
     classify = args[5]; end = args[6]; outside = args[7]; other = args[8]; out = args[9];
-    lead = args[10];
+    lead = args[10]; fast = args[11];
     if (!PyTuple_Check(limits) || PyTuple_GET_SIZE(limits) != 3 || !PyList_Check(lines)
-        || !PyList_Check(state) || PyList_GET_SIZE(state) != 10 || !PyDict_Check(cache)) {
+        || !PyList_Check(state) || PyList_GET_SIZE(state) != 10 || !PyDict_Check(cache) || !PyList_Check(out)
+        || !PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) != 6 || !PyDict_Check(PyTuple_GET_ITEM(fast, 1))
+        || !PyDict_Check(PyTuple_GET_ITEM(fast, 3)) || !PyDict_Check(PyTuple_GET_ITEM(fast, 4))
+        || !PyType_Check(PyTuple_GET_ITEM(fast, 5))) {
         PyErr_SetString(PyExc_TypeError, "fold(): bad arguments");
         return NULL;
     }
@@ -240,17 +336,21 @@ static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         } else {
             if (PyErr_Occurred())
                 goto error;
+            /* a `by thread` line read here is not remembered: it seldom comes again, and
+             * thousands of them would push the lines that do out of the cache */
             op = who_line(raw, lead);
-            if (op == NULL && (PyErr_Occurred() || (op = call1(classify, raw)) == NULL))
-                goto error;
-            len = PyUnicode_Check(raw) ? PyUnicode_GET_LENGTH(raw) : PyObject_Length(raw);
-            if (len < 0)
-                goto error;
-            if (len <= cache_line) {
-                if (PyDict_GET_SIZE(cache) >= cache_max)
-                    PyDict_Clear(cache);
-                if (PyDict_SetItem(cache, raw, op) < 0)
+            if (op == NULL) {
+                if (PyErr_Occurred() || (op = call1(classify, raw)) == NULL)
                     goto error;
+                len = PyUnicode_Check(raw) ? PyUnicode_GET_LENGTH(raw) : PyObject_Length(raw);
+                if (len < 0)
+                    goto error;
+                if (len <= cache_line) {
+                    if (PyDict_GET_SIZE(cache) >= cache_max)
+                        PyDict_Clear(cache);
+                    if (PyDict_SetItem(cache, raw, op) < 0)
+                        goto error;
+                }
             }
         }
         if (!PyTuple_Check(op) || PyTuple_GET_SIZE(op) < 1) {
@@ -279,14 +379,21 @@ static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
         } else if (code != L_SKIP) {
             if (f != Py_None) {
-                PyObject *eargs[8] = {f, text, host, device, extra, NULL, hint, out};
-                if ((eargs[5] = PyLong_FromSsize_t(dropped)) == NULL)
+                int done = end_fast(fast, f, text, host, device, extra, dropped, hint, out);
+                if (done < 0)
                     goto error;
-                res = PyObject_Vectorcall(end, eargs, 8, NULL);
-                Py_DECREF(eargs[5]);
-                if (res == NULL)
-                    goto error;
-                Py_DECREF(res);
+                if (done) {
+                    finished++;
+                } else {
+                    PyObject *eargs[8] = {f, text, host, device, extra, NULL, hint, out};
+                    if ((eargs[5] = PyLong_FromSsize_t(dropped)) == NULL)
+                        goto error;
+                    res = PyObject_Vectorcall(end, eargs, 8, NULL);
+                    Py_DECREF(eargs[5]);
+                    if (res == NULL)
+                        goto error;
+                    Py_DECREF(res);
+                }
                 Py_SETREF(f, Py_NewRef(Py_None));
             }
             closed_last = 1;
@@ -341,7 +448,7 @@ static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         for (k = 0; k < 10; k++)
             PyList_SetItem(state, k, vals[k]); /* steals */
     }
-    Py_RETURN_NONE;
+    return PyLong_FromSsize_t(finished);
 
 error:
     Py_XDECREF(op);
@@ -365,7 +472,11 @@ PyMODINIT_FUNC PyInit__fold(void)
     KEY(k_address, "address"); KEY(k_problem, "problem"); KEY(k_alloc_base, "alloc_base");
     KEY(k_alloc_size, "alloc_size"); KEY(k_alloc_relation, "alloc_relation");
     KEY(k_alloc_distance, "alloc_distance"); KEY(k_host_stack_at, "host_stack_at");
-    KEY(k_index, "index"); KEY(k_copy, "copy");
+    KEY(k_index, "index"); KEY(k_copy, "copy"); KEY(k_kernel, "kernel");
+    KEY(k_device_frames, "device_frames"); KEY(k_host_frames, "host_frames"); KEY(k_extra, "extra");
+    KEY(k_lines, "lines"); KEY(k_tool, "tool"); KEY(k_dict, "__dict__");
+    if ((empty = PyTuple_New(0)) == NULL || (one = PyLong_FromLong(1)) == NULL)
+        return NULL;
 #undef KEY
     m = PyModule_Create(&module);
     if (m == NULL)

@@ -536,8 +536,9 @@ def _kernel_of(function: str | None) -> str | None:
     return k  # type: ignore[return-value]
 
 
-#: lines handed to the fold at a time
+#: lines handed to the fold at a time from a list, and from any other iterable of lines
 _BATCH = 4096
+_SMALL_BATCH = 64
 
 
 def _rare_detail(code: int, op: tuple[Any, ...], f: dict[str, Any], host: list[Frame], extra: list[str],
@@ -572,7 +573,7 @@ def _rare_detail(code: int, op: tuple[Any, ...], f: dict[str, Any], host: list[F
 def _fold(lines: list[str], state: list[Any], cache: dict[str, tuple[Any, ...]],
           classify: Callable[[str], tuple[Any, ...]], end: Callable[..., None],
           outside: Callable[[str], None], other: Callable[[tuple[Any, ...]], None],
-          out: list[SanitizerRecord], lead: str | None) -> None:
+          out: list[SanitizerRecord], lead: str | None, fast: tuple[Any, ...]) -> int:
     """Read a batch of lines into ``state`` (see TextLogParser.records), each finished record to ``out``.
 
     This loop is the parser's hot path (a 100,000-record log is 800,000 turns of it);
@@ -580,7 +581,9 @@ def _fold(lines: list[str], state: list[Any], cache: dict[str, tuple[Any, ...]],
     four keys are only ever set together, so "function" absent means all four are. ``lead`` is
     the prefix and its blank when lines start plainly with it (else None): the compiled fold reads
     the ``by thread`` line after it itself (every record has one, and it seldom repeats), this
-    one leaves it to ``classify`` like every other line.
+    one leaves it to ``classify`` like every other line. ``fast`` holds what the compiled fold
+    needs to finish a common record without ``end`` (it returns how many it finished so; this
+    one always calls ``end`` and returns 0).
     """
     f, text, host, device, extra, dropped, prev, closed_last, hint, index = state
     get = cache.get
@@ -648,9 +651,10 @@ def _fold(lines: list[str], state: list[Any], cache: dict[str, tuple[Any, ...]],
         elif code != L_SEP:
             other(op)
     state[:] = [f, text, host, device, extra, dropped, prev, closed_last, hint, index]
+    return 0
 
 
-def _load_native() -> Callable[..., None] | None:
+def _load_native() -> Callable[..., int] | None:
     """The compiled fold (``_fold.c``, built at install), or None: then ``_fold`` runs."""
     if os.environ.get(PURE_ENV):
         return None
@@ -666,7 +670,7 @@ def _load_native() -> Callable[..., None] | None:
 
 
 #: the fold a parser uses: compiled when it was built (tests set this to None to run ``_fold``)
-_fold_native: Callable[..., None] | None = _load_native()
+_fold_native: Callable[..., int] | None = _load_native()
 
 
 class TextLogParser:
@@ -750,15 +754,19 @@ class TextLogParser:
     # --- the line loop ----------------------------------------------------------------------------
     def records(self, lines: Iterable[str]) -> Iterator[SanitizerRecord]:
         """Every error record of ``lines``, in order, each as soon as it is complete."""
-        return itertools.chain.from_iterable(self.record_batches(lines))
+        return itertools.chain.from_iterable(self.record_batches(_batches(lines)))
 
-    def record_batches(self, lines: Iterable[str]) -> Iterator[list[SanitizerRecord]]:
-        """The records of :meth:`records` in lists, as they come out of each batch of lines."""
-        it = iter(lines)
+    def record_batches(self, line_batches: Iterable[list[str]]) -> Iterator[list[SanitizerRecord]]:
+        """The records of lists of lines (:func:`iter_line_batches`), a list from each.
+
+        Memory is one list of lines and the records they hold (the reader's lists are a chunk
+        of the file each).
+        """
+        batches: Iterator[list[str]] = iter(line_batches)
         if self.prefix is None:
-            head = _lookahead(it)
+            head, taken = _lookahead_batches(batches)
             self._setup(_detect_prefix(head))
-            it = itertools.chain(head, it)
+            batches = itertools.chain(taken, batches)
         else:
             self._setup(self.prefix)
         # the record being read, between batches: fields (None: no record), its text lines, host
@@ -767,15 +775,15 @@ class TextLogParser:
         state: list[Any] = [None, [], [], [], [], 0, -1, True, None, -1]
         out: list[SanitizerRecord] = []
         fold = _fold_native or _fold
+        # what the compiled fold needs to finish the common record itself (see _end)
+        fast = (self._pending, self._votes, self.tool, _CLONE_PARENT, _STACKS, SanitizerRecord)
         args = (state, self._cache, self._classify, self._end, self._outside, self._other, out,
-                self._lead or None)
+                self._lead or None, fast)
         # lines in batches (list-building in C): the fold's loop runs over a list, a batch of
         # records comes out of each, so memory stays one batch of lines and of records
-        while True:
-            batch = list(itertools.islice(it, _BATCH))
-            if not batch:
-                break
-            fold(batch, *args)
+        for batch in batches:
+            made = fold(batch, *args)  # (not `self.count += fold(...)`: _end counts too, meanwhile)
+            self.count += made
             if out:
                 yield out[:]
                 out.clear()
@@ -858,7 +866,7 @@ class TextLogParser:
         for f, hint in self._pending:
             f["tool"] = self.tool or hint or log_tool
             self._ready.append(SanitizerRecord.from_fields(f))
-        self._pending = []
+        self._pending.clear()  # (cleared, not replaced: the compiled fold holds this list)
         self._pending_chars = 0
 
     def _take_ready(self) -> list[SanitizerRecord]:
@@ -882,16 +890,33 @@ class TextLogParser:
                          self.count)
 
 
-def _lookahead(it: Iterator[str], lines: int = 2000, chars: int = 4 * MAX_LINE) -> list[str]:
-    """The first lines, where a banner names the prefix (bounded in lines and characters)."""
+def _batches(lines: Iterable[str]) -> Iterator[list[str]]:
+    """Lines in lists for the fold: a list in slices, any other iterable a few lines at a time
+    (its lines may be long: memory stays a few of them)."""
+    if isinstance(lines, list):
+        for at in range(0, len(lines), _BATCH):
+            yield lines[at:at + _BATCH]
+        return
+    it = iter(lines)
+    while batch := list(itertools.islice(it, _SMALL_BATCH)):
+        yield batch
+
+
+def _lookahead_batches(batches: Iterator[list[str]], lines: int = 2000,
+                       chars: int = 4 * MAX_LINE) -> tuple[list[str], list[list[str]]]:
+    """The first lines, where a banner names the prefix (bounded in lines and characters), and
+    the batches they came from (whole)."""
+    taken: list[list[str]] = []
     head: list[str] = []
     size = 0
-    for line in it:
-        head.append(line)
-        size += len(line)
-        if len(head) >= lines or size >= chars or _banner_prefix(_CI_STAMP.sub("", line)) is not None:
-            break
-    return head
+    for batch in batches:
+        taken.append(batch)
+        for line in batch:
+            head.append(line)
+            size += len(line)
+            if len(head) >= lines or size >= chars or _banner_prefix(_CI_STAMP.sub("", line)) is not None:
+                return head, taken
+    return head, taken
 
 
 def iter_records(lines: Iterable[str], *, prefix: str | None = None,
@@ -915,6 +940,11 @@ def _has_break(data: bytes) -> bool:
     if left.translate(None, b"\xc2\x85\xe2\x80\xa8\xa9"):
         return True  # a one-byte break
     return b"\xc2\x85" in data or b"\xe2\x80\xa8" in data or b"\xe2\x80\xa9" in data
+
+
+def iter_line_batches(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator[list[str]]:
+    """The lines of :func:`iter_lines` in lists, one (or two) a chunk: for ``record_batches``."""
+    return _line_batches(chunks, max_line)
 
 
 def iter_lines(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator[str]:
@@ -999,6 +1029,6 @@ def parse_text(text: str, *, prefix: str | None = None, tool: str | None = None)
     return list(parse_text_log(text, prefix=prefix, tool=tool).records)
 
 
-__all__ = ["TextLogParser", "ParsedLog", "iter_records", "iter_lines", "parse_text_log", "parse_text",
+__all__ = ["TextLogParser", "ParsedLog", "iter_records", "iter_lines", "iter_line_batches", "parse_text_log", "parse_text",
            "detect_prefix", "parse_location", "parse_device_frame", "parse_host_frame", "head_fields",
            "detail_of", "DEFAULT_PREFIX", "HW_EXCEPTIONS"]
