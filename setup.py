@@ -1,4 +1,5 @@
-"""Build glue for the compiled parts: the ledger's native recording library, the kernel-log line finder.
+"""Build glue for the compiled parts: the ledger's native recording library, the kernel-log line
+finder, the sanitizer parse loop and its record JSON writer.
 
 Everything else is in pyproject.toml. ``harness/ledger/_native.c`` includes neither Python.h nor
 CUDA headers (faulthunt loads it with ctypes), so the system C compiler alone builds it at
@@ -6,7 +7,9 @@ CUDA headers (faulthunt loads it with ctypes), so the system C compiler alone bu
 install still succeeds and the ledger uses its pure-Python route, saying so (docs/ledger.md).
 ``harness/kernlog/_scan.c`` is a CPython extension (Python.h only), optional the same way: without
 it ``faulthunt.kernlog.parse`` finds the Xid lines in pure Python, with the same result
-(docs/kernlog.md).
+(docs/kernlog.md). ``harness/sanitizer/_fold.c`` and ``harness/records/_record_json.c`` are
+CPython extensions built the same way; without them ``sanitize parse`` runs the same loop and
+writes the same JSON in Python (docs/sanitize.md).
 """
 
 from setuptools import Extension, setup
@@ -20,6 +23,18 @@ setup(ext_modules=[Extension(
 ), Extension(
     "faulthunt.kernlog._scan",
     sources=["harness/kernlog/_scan.c"],
+    extra_compile_args=["-O2"],
+    optional=True,
+), Extension(
+    # the line loop of `sanitize parse` (a CPython extension; parse_text.py has the same loop in Python)
+    "faulthunt.sanitizer._fold",
+    sources=["harness/sanitizer/_fold.c"],
+    extra_compile_args=["-O2"],
+    optional=True,
+), Extension(
+    # SanitizerRecord.json_text in one step (a CPython extension; records/sanitizer.py keeps the Python route)
+    "faulthunt.records._record_json",
+    sources=["harness/records/_record_json.c"],
     extra_compile_args=["-O2"],
     optional=True,
 )])

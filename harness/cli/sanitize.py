@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import itertools
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -130,10 +131,8 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def _parse_log(args: argparse.Namespace) -> int:
-    import itertools
-
     from faulthunt.errors import InputError
-    from faulthunt.sanitizer.parse_text import TextLogParser, iter_lines
+    from faulthunt.sanitizer.parse_text import TextLogParser, iter_line_batches
     from faulthunt.sanitizer.parse_xml import XmlParser, looks_like_xml
 
     try:
@@ -155,13 +154,13 @@ def _parse_log(args: argparse.Namespace) -> int:
             if args.as_tool:
                 import dataclasses
                 records = (dataclasses.replace(r, tool=args.as_tool) for r in records)
-            status = _emit(records, args)
+            status = _emit(_batched(records), args)
             if not xml.complete:
                 print(f"faulthunt sanitize parse: {args.path}: the XML ends early; "
                       f"read {xml.count} complete record(s)", file=sys.stderr)
             return status
         text = TextLogParser(prefix=args.prefix, tool=args.as_tool)
-        status = _emit(text.records(iter_lines(data)), args)
+        status = _emit(text.record_batches(iter_line_batches(data)), args)
     if not text.count and b"\x00" in head[:4096]:
         print(f"faulthunt sanitize parse: {args.path} looks binary (a --save file without --xml?); "
               f"turn it into text with `compute-sanitizer --read {args.path}`", file=sys.stderr)
@@ -171,28 +170,36 @@ def _parse_log(args: argparse.Namespace) -> int:
     return status
 
 
-def _emit(records: Iterable[SanitizerRecord], args: argparse.Namespace) -> int:
+def _batched(records: Iterable[SanitizerRecord], size: int = 512) -> Iterator[list[SanitizerRecord]]:
+    it = iter(records)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def _emit(batches: Iterable[list[SanitizerRecord]], args: argparse.Namespace) -> int:
     """JSON Lines of every record, or the findings table; the exit status."""
     if args.json:
+        from faulthunt.records.sanitizer import json_lines
+
         out = sys.stdout
-        batch: list[str] = []
+        pending: list[str] = []
         size = 0
-        for r in records:
-            text = r.json_text()
-            batch.append(text)
-            size += len(text)
+        for batch in batches:
+            texts = json_lines(batch)
+            pending += texts
+            size += sum(map(len, texts))
             if size >= _CHUNK:  # written a megabyte at a time
-                batch.append("")
-                out.write("\n".join(batch))
-                batch, size = [], 0
-        if batch:
-            batch.append("")
-            out.write("\n".join(batch))
+                pending.append("")
+                out.write("\n".join(pending))
+                pending, size = [], 0
+        if pending:
+            pending.append("")
+            out.write("\n".join(pending))
         return 0
     from faulthunt.sanitizer.reduce import Reducer
     from faulthunt.sanitizer.render import print_table, render_headline
 
-    findings = Reducer().add_all(records).findings()
+    findings = Reducer().add_all(itertools.chain.from_iterable(batches)).findings()
     if not findings:
         print(f"{args.path}: no sanitizer error records")
         return 0

@@ -10,7 +10,10 @@ location and error kind. Both are frozen; ``to_json`` gives the documented JSON 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import os
 from json.encoder import encode_basestring_ascii as _json_str
+from collections.abc import Callable
 from typing import Any
 
 #: kinds of error records, in the words of ``sanitize parse --json``
@@ -222,8 +225,18 @@ class SanitizerRecord:
 
         ``sanitize parse --json`` prints one per record. Records of one error site share all their
         fields but the address, thread, block, nearest allocation and line number, so the text
-        around those is built once per distinct site and remembered.
+        around those is built once per distinct site and remembered. Where the compiled writer
+        (``_record_json.c``, built at install) is present it writes the text in one step, and this
+        Python route writes only the records it leaves (values of types the parsers never store).
         """
+        if _native_json is not None:
+            text = _native_json(self.__dict__, _jframes, _json_str)
+            if text is not None:
+                return text
+        return self._json_text_py()
+
+    def _json_text_py(self) -> str:
+        """json_text's Python route."""
         k1 = (self.tool, self.kind, self.kernel, self.function, self.file, self.line, self.access,
               self.space, self.size, self.problem)
         seg1 = _SEG1.get(k1)
@@ -252,6 +265,34 @@ class SanitizerRecord:
                 f"{'null' if t is None else '[%d, %d, %d]' % t}, \"block\": "
                 f"{'null' if b is None else '[%d, %d, %d]' % b}{seg2[2]}{near}{seg2[3]}{self.index}}}")
 
+
+#: set (to anything but empty) to run the sanitizer parser's Python routes only (tests; a suspect build)
+PURE_ENV = "FAULTHUNT_SANITIZER_PURE"
+
+
+def _load_native_json() -> Any:
+    """The compiled writer (``_record_json.c``, built at install), or None."""
+    if os.environ.get(PURE_ENV):
+        return None
+    try:
+        return importlib.import_module("faulthunt.records._record_json")
+    except ImportError:
+        return None
+
+
+_NATIVE = _load_native_json()
+#: SanitizerRecord.json_text compiled, or None (tests set it to None to run the Python route)
+_native_json: Callable[[dict[str, Any], Any, Any], str | None] | None = _NATIVE and _NATIVE.record_json
+#: json_lines compiled, or None
+_native_json_list: Callable[[list[SanitizerRecord], Any, Any, Any], list[str]] | None = (
+    _NATIVE and _NATIVE.records_json)
+
+
+def json_lines(records: list[SanitizerRecord]) -> list[str]:
+    """``[r.json_text() for r in records]``: ``sanitize parse --json``'s lines (compiled where built)."""
+    if _native_json_list is None or _native_json is None:
+        return [r.json_text() for r in records]
+    return _native_json_list(records, _jframes, _json_str, SanitizerRecord._json_text_py)
 
 #: the text of json_text around its per-record values, by the fields it is made of
 _SEG1: dict[tuple[Any, ...], tuple[str, str]] = {}

@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import functools
+import importlib
 import itertools
+import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from faulthunt.records.sanitizer import (
-    API_ERROR, GUARDRAIL, HARDWARE_EXCEPTION, HOST_API_ACCESS, LEAK, MALLOC_FREE, MEMORY_ACCESS,
+    API_ERROR, GUARDRAIL, HARDWARE_EXCEPTION, HOST_API_ACCESS, LEAK, MALLOC_FREE, MEMORY_ACCESS, PURE_ENV,
     RACE, SYNC_ERROR, UNINITIALIZED_READ, UNUSED_MEMORY, Frame, SanitizerRecord,
 )
 from faulthunt.sanitizer.demangle import clone_parent
@@ -138,9 +141,17 @@ def _drop_period(text: str) -> str:
 def _dim(g: tuple[Any, ...], at: int) -> tuple[int, int, int] | None:
     """Three ``\\d+`` groups as ints; None when one is absurdly long (int() would raise)."""
     x, y, z = g[at], g[at + 1], g[at + 2]
+    small = _SMALL.get
+    xi, yi, zi = small(x), small(y), small(z)
+    if xi is not None and yi is not None and zi is not None:
+        return (xi, yi, zi)
     if len(x) > MAX_DIGITS or len(y) > MAX_DIGITS or len(z) > MAX_DIGITS:
         return None
     return (int(x), int(y), int(z))
+
+
+#: small numbers by their canonical text (a lookup costs a fifth of int() of a str)
+_SMALL = {str(i): i for i in range(4096)}
 
 
 def _banner_prefix(line: str) -> str | None:
@@ -214,17 +225,32 @@ _KIND_TOOL = {
 
 
 def _location_fields(loc: str) -> dict[str, Any]:
-    func, file, line, pc = parse_location(loc)
-    return {"function": func, "file": file, "line": line, "pc": pc}
+    """The location's four fields (remembered for short texts: racecheck prints one location
+    after thousands of different thread indices)."""
+    hit = _LOCATIONS.get(loc)
+    if hit is None:
+        func, file, line, pc = parse_location(loc)
+        hit = {"function": func, "file": file, "line": line, "pc": pc}
+        if len(loc) <= _CACHE_LINE:
+            if len(_LOCATIONS) >= _CACHE_MAX:
+                _LOCATIONS.clear()
+            _LOCATIONS[loc] = hit
+    return hit.copy()
+
+
+_LOCATIONS: dict[str, dict[str, Any]] = {}
 
 
 #: a hardware exception's name, alone or followed by a space or a colon (lower-case)
 _HW_NAME = re.compile("(?:" + "|".join(re.escape(n) for n in HW_EXCEPTIONS) + r")(?:[ :]|\Z)")
+_HW_FIRST_WORDS = tuple(sorted({n.split(" ")[0] for n in HW_EXCEPTIONS}))
 
 
 def head_fields(body: str) -> tuple[str, dict[str, Any]] | None:
     """``(kind, fields)`` of the record a head line starts, or None when it starts none."""
-    if _HW_NAME.match(body.lower().rstrip(". ")):
+    # the expression only where a name's first word begins the line (the same answer: lower() of
+    # the first 16 characters begins as lower() of the whole line does, and no first word is longer)
+    if body[:16].lower().startswith(_HW_FIRST_WORDS) and _HW_NAME.match(body.lower().rstrip(". ")):
         return HARDWARE_EXCEPTION, {}
     c = body[:1]
     if c in ("I", "i", "P"):
@@ -495,6 +521,7 @@ def _shared(frames: list[Frame]) -> tuple[Frame, ...]:
 
 
 _CLONE_PARENT: dict[str | None, str | None] = {}
+_from_fields = SanitizerRecord.from_fields
 
 
 def _kernel_of(function: str | None) -> str | None:
@@ -507,6 +534,143 @@ def _kernel_of(function: str | None) -> str | None:
                 _CLONE_PARENT.clear()
             _CLONE_PARENT[function] = k
     return k  # type: ignore[return-value]
+
+
+#: lines handed to the fold at a time from a list, and from any other iterable of lines
+_BATCH = 4096
+_SMALL_BATCH = 64
+
+
+def _rare_detail(code: int, op: tuple[Any, ...], f: dict[str, Any], host: list[Frame], extra: list[str],
+                 prev: int) -> int:
+    """The detail lines of races, initcheck and old host frames (both folds call this); the code
+    the next line sees as the previous one."""
+    if code == D_IN and prev == D_HOST and host:
+        # 2021-2024 layout: "Host Frame:cudaLaunchKernel [0x70aae]" then "in /lib/libcudart.so.12"
+        if host[-1].module is None:
+            host[-1] = dataclasses.replace(host[-1], module=op[2])
+        return D_HOST  # an "in" line after this one continues the frame too
+    if code == D_RACE_AND:
+        f.setdefault("race_other", op[2])
+        if op[3] is not None:
+            f["hazards"] = (f.get("hazards") or 0) + op[3]
+    elif code == D_HAZARD_THREAD:
+        if "function" not in f:
+            f["access"], f["thread"] = op[2], op[3]
+            f.update(op[4])
+        else:
+            f.setdefault("race_other", op[5])
+    elif code == D_UNINIT:
+        if op[2] is not None:
+            f.setdefault("address", op[2][0])
+            f.setdefault("problem", op[2][1])
+        extra.append(op[1])
+    else:
+        extra.append(op[1])
+    return code
+
+
+def _fold(lines: list[str], state: list[Any], cache: dict[str, tuple[Any, ...]],
+          classify: Callable[[str], tuple[Any, ...]], end: Callable[..., None],
+          outside: Callable[[str], None], other: Callable[[tuple[Any, ...]], None],
+          out: list[SanitizerRecord], lead: str | None, fast: tuple[Any, ...]) -> int:
+    """Read a batch of lines into ``state`` (see TextLogParser.records), each finished record to ``out``.
+
+    This loop is the parser's hot path (a 100,000-record log is 800,000 turns of it);
+    ``_fold_native`` is the same loop compiled, this one is the route without it. The location's
+    four keys are only ever set together, so "function" absent means all four are. ``lead`` is
+    the prefix and its blank when lines start plainly with it (else None): the compiled fold reads
+    the ``by thread`` line after it itself (every record has one, and it seldom repeats), this
+    one leaves it to ``classify`` like every other line. ``fast`` holds what the compiled fold
+    needs to finish a common record without ``end`` (it returns how many it finished so; this
+    one always calls ``end`` and returns 0).
+    """
+    f, text, host, device, extra, dropped, prev, closed_last, hint, index = state
+    get = cache.get
+    for raw in lines:
+        index += 1
+        op = get(raw)
+        if op is None:
+            op = classify(raw)
+            if len(raw) <= _CACHE_LINE:
+                if len(cache) >= _CACHE_MAX:
+                    cache.clear()
+                cache[raw] = op
+        code = op[0]
+        if code >= D_EXTRA:
+            if f is None:  # an indented line outside any record
+                closed_last = True
+                outside(op[1])
+                continue
+            if len(text) >= MAX_RECORD_LINES:
+                dropped += 1
+                continue
+            text.append(op[1])
+            if code == D_HOST:
+                host.append(op[2])
+            elif code == D_AT:
+                if "function" not in f:
+                    f.update(op[2])
+                else:
+                    extra.append(op[1])
+            elif code == D_WHO:
+                if "thread" not in f:
+                    f["thread"] = op[2]
+                if "block" not in f:
+                    f["block"] = op[3]
+            elif code == D_ADDR:
+                if "address" not in f:
+                    f["address"] = op[2]
+                if op[3] and "problem" not in f:
+                    f["problem"] = op[3]
+            elif code == D_NEAR:
+                f["alloc_base"], f["alloc_size"], f["alloc_relation"], f["alloc_distance"] = op[2:]
+            elif code == D_SAVED:
+                if "host_stack_at" not in f:
+                    f["host_stack_at"] = op[2]
+            elif code == D_DEVICE:
+                device.append(op[2])
+            elif code == D_EXTRA:
+                extra.append(op[1])
+            else:
+                code = _rare_detail(code, op, f, host, extra, prev)
+            prev = code
+            continue
+        if code == L_SKIP:
+            continue
+        if f is not None:
+            end(f, text, host, device, extra, dropped, hint, out)
+            f = None
+        closed_last = True
+        if code == L_HEAD:
+            f = op[2].copy()
+            f["index"] = index
+            hint = op[3]
+            text, host, device, extra = [op[1]], [], [], []
+            dropped, prev, closed_last = 0, -1, False
+        elif code != L_SEP:
+            other(op)
+    state[:] = [f, text, host, device, extra, dropped, prev, closed_last, hint, index]
+    return 0
+
+
+def _load_native() -> Callable[..., int] | None:
+    """The compiled fold (``_fold.c``, built at install), or None: then ``_fold`` runs."""
+    if os.environ.get(PURE_ENV):
+        return None
+    try:
+        native = importlib.import_module("faulthunt.sanitizer._fold")
+    except ImportError:
+        return None
+    codes = (L_SKIP, L_SEP, L_HEAD, D_EXTRA, D_AT, D_WHO, D_ADDR, D_NEAR, D_RACE_AND, D_HOST, D_DEVICE,
+             D_SAVED, D_IN, D_HAZARD_THREAD, D_UNINIT)
+    if getattr(native, "CODES", None) != codes:
+        return None  # built from another version of this file
+    return functools.partial(native.fold, _rare_detail, (_CACHE_LINE, _CACHE_MAX, MAX_RECORD_LINES))
+
+
+#: the fold a parser uses: compiled when it was built (tests set this to None to run ``_fold``)
+_fold_native: Callable[..., int] | None = _load_native()
 
 
 class TextLogParser:
@@ -590,121 +754,75 @@ class TextLogParser:
     # --- the line loop ----------------------------------------------------------------------------
     def records(self, lines: Iterable[str]) -> Iterator[SanitizerRecord]:
         """Every error record of ``lines``, in order, each as soon as it is complete."""
-        it = iter(lines)
-        index = -1
+        return itertools.chain.from_iterable(self.record_batches(_batches(lines)))
+
+    def record_batches(self, line_batches: Iterable[list[str]]) -> Iterator[list[SanitizerRecord]]:
+        """The records of lists of lines (:func:`iter_line_batches`), a list from each.
+
+        Memory is one list of lines and the records they hold (the reader's lists are a chunk
+        of the file each).
+        """
+        batches: Iterator[list[str]] = iter(line_batches)
         if self.prefix is None:
-            head = _lookahead(it)
+            head, taken = _lookahead_batches(batches)
             self._setup(_detect_prefix(head))
-            it = itertools.chain(head, it)
+            batches = itertools.chain(taken, batches)
         else:
             self._setup(self.prefix)
-        cache = self._cache
-        get = cache.get
-        classify = self._classify
-        # the record being read: its fields (None: no record), text lines, frames, unparsed lines
-        f: dict[str, Any] | None = None
-        hint: str | None = None
-        text: list[str] = []
-        host: list[Frame] = []
-        device: list[Frame] = []
-        extra: list[str] = []
-        dropped = 0
-        prev = -1
-        closed_last = True
-        # One pass, the detail lines folded in as they come (this loop is the parser's hot path:
-        # a 100,000-record log is 800,000 turns of it). The location's four keys are only ever set
-        # together, so "function" absent means all four are.
-        for index, raw in enumerate(it):
-            op = get(raw)
-            if op is None:
-                op = classify(raw)
-                if len(raw) <= _CACHE_LINE:
-                    if len(cache) >= _CACHE_MAX:
-                        cache.clear()
-                    cache[raw] = op
-            code = op[0]
-            if code >= D_EXTRA:
-                if f is None:  # an indented line outside any record
-                    closed_last = True
-                    self._other(_head_level(op[1], False))
-                    continue
-                if len(text) >= MAX_RECORD_LINES:
-                    dropped += 1
-                    continue
-                text.append(op[1])
-                if code == D_HOST:
-                    host.append(op[2])
-                elif code == D_AT:
-                    if "function" not in f:
-                        f.update(op[2])
-                    else:
-                        extra.append(op[1])
-                elif code == D_WHO:
-                    if "thread" not in f:
-                        f["thread"] = op[2]
-                    if "block" not in f:
-                        f["block"] = op[3]
-                elif code == D_ADDR:
-                    if "address" not in f:
-                        f["address"] = op[2]
-                    if op[3] and "problem" not in f:
-                        f["problem"] = op[3]
-                elif code == D_NEAR:
-                    f["alloc_base"], f["alloc_size"], f["alloc_relation"], f["alloc_distance"] = op[2:]
-                elif code == D_SAVED:
-                    if "host_stack_at" not in f:
-                        f["host_stack_at"] = op[2]
-                elif code == D_DEVICE:
-                    device.append(op[2])
-                elif code == D_IN and prev == D_HOST and host:
-                    # 2021-2024 layout: "Host Frame:cudaLaunchKernel [0x70aae]" then "in /lib/libcudart.so.12"
-                    if host[-1].module is None:
-                        host[-1] = dataclasses.replace(host[-1], module=op[2])
-                    code = D_HOST  # an "in" line after this one continues the frame too
-                elif code == D_RACE_AND:
-                    f.setdefault("race_other", op[2])
-                    if op[3] is not None:
-                        f["hazards"] = (f.get("hazards") or 0) + op[3]
-                elif code == D_HAZARD_THREAD:
-                    if "function" not in f:
-                        f["access"], f["thread"] = op[2], op[3]
-                        f.update(op[4])
-                    else:
-                        f.setdefault("race_other", op[5])
-                elif code == D_UNINIT:
-                    if op[2] is not None:
-                        f.setdefault("address", op[2][0])
-                        f.setdefault("problem", op[2][1])
-                    extra.append(op[1])
-                else:
-                    extra.append(op[1])
-                prev = code
-                continue
-            if code == L_SKIP:
-                continue
-            if f is not None:
-                rec = self._finish(_close(f, text, host, device, extra, dropped), hint)
-                if rec is not None:
-                    yield rec
-                elif self._ready:
-                    yield from self._take_ready()
-                f = None
-            closed_last = True
-            if code == L_HEAD:
-                f = op[2].copy()
-                f["index"] = index
-                hint = op[3]
-                text, host, device, extra = [op[1]], [], [], []
-                dropped, prev, closed_last = 0, -1, False
-            elif code != L_SEP:
-                self._other(op)
+        # the record being read, between batches: fields (None: no record), its text lines, host
+        # frames, device frames, unparsed lines, lines dropped, the previous detail code, whether
+        # the last record was closed, the tool hint, the index of the last line read
+        state: list[Any] = [None, [], [], [], [], 0, -1, True, None, -1]
+        out: list[SanitizerRecord] = []
+        fold = _fold_native or _fold
+        # what the compiled fold needs to finish the common record itself (see _end)
+        fast = (self._pending, self._votes, self.tool, _CLONE_PARENT, _STACKS, SanitizerRecord)
+        args = (state, self._cache, self._classify, self._end, self._outside, self._other, out,
+                self._lead or None, fast)
+        # lines in batches (list-building in C): the fold's loop runs over a list, a batch of
+        # records comes out of each, so memory stays one batch of lines and of records
+        for batch in batches:
+            made = fold(batch, *args)  # (not `self.count += fold(...)`: _end counts too, meanwhile)
+            self.count += made
+            if out:
+                yield out[:]
+                out.clear()
+        f, closed_last = state[0], state[7]
         self.truncated = f is not None and not closed_last
         if f is not None:
-            rec = self._finish(_close(f, text, host, device, extra, dropped), hint)
-            if rec is not None:
-                yield rec
+            self._end(f, state[1], state[2], state[3], state[4], state[5], state[8], out)
         self._flush(self._log_tool())
-        yield from self._take_ready()
+        out += self._take_ready()
+        if out:
+            yield out
+
+    def _end(self, f: dict[str, Any], text: list[str], host: list[Frame], device: list[Frame],
+             extra: list[str], dropped: int, hint: str | None, out: list[SanitizerRecord]) -> None:
+        """A record whose lines have all been read: to ``out``, with any that waited before it."""
+        if dropped or device:
+            _close(f, text, host, device, extra, dropped)
+        else:  # _close without device frames, inline (once a record)
+            f["kernel"] = _kernel_of(f.get("function"))
+            f["device_frames"] = ()
+            f["host_frames"] = _shared(host) if host else ()
+            f["extra"] = tuple(extra)
+            f["lines"] = tuple(text)
+        if hint and not self._pending:  # _finish of a record that names its tool, inline
+            self.count += 1
+            votes = self._votes
+            votes[hint] = votes.get(hint, 0) + 1
+            f["tool"] = self.tool or hint
+            out.append(_from_fields(f))
+            return
+        rec = self._finish(f, hint)
+        if rec is not None:
+            out.append(rec)
+        elif self._ready:
+            out.extend(self._take_ready())
+
+    def _outside(self, body: str) -> None:
+        """An indented line outside any record: a banner, summary or notice."""
+        self._other(_head_level(body, False))
 
     def _other(self, op: tuple[Any, ...]) -> None:
         """A banner, summary or notice line."""
@@ -748,7 +866,7 @@ class TextLogParser:
         for f, hint in self._pending:
             f["tool"] = self.tool or hint or log_tool
             self._ready.append(SanitizerRecord.from_fields(f))
-        self._pending = []
+        self._pending.clear()  # (cleared, not replaced: the compiled fold holds this list)
         self._pending_chars = 0
 
     def _take_ready(self) -> list[SanitizerRecord]:
@@ -772,16 +890,33 @@ class TextLogParser:
                          self.count)
 
 
-def _lookahead(it: Iterator[str], lines: int = 2000, chars: int = 4 * MAX_LINE) -> list[str]:
-    """The first lines, where a banner names the prefix (bounded in lines and characters)."""
+def _batches(lines: Iterable[str]) -> Iterator[list[str]]:
+    """Lines in lists for the fold: a list in slices, any other iterable a few lines at a time
+    (its lines may be long: memory stays a few of them)."""
+    if isinstance(lines, list):
+        for at in range(0, len(lines), _BATCH):
+            yield lines[at:at + _BATCH]
+        return
+    it = iter(lines)
+    while batch := list(itertools.islice(it, _SMALL_BATCH)):
+        yield batch
+
+
+def _lookahead_batches(batches: Iterator[list[str]], lines: int = 2000,
+                       chars: int = 4 * MAX_LINE) -> tuple[list[str], list[list[str]]]:
+    """The first lines, where a banner names the prefix (bounded in lines and characters), and
+    the batches they came from (whole)."""
+    taken: list[list[str]] = []
     head: list[str] = []
     size = 0
-    for line in it:
-        head.append(line)
-        size += len(line)
-        if len(head) >= lines or size >= chars or _banner_prefix(_CI_STAMP.sub("", line)) is not None:
-            break
-    return head
+    for batch in batches:
+        taken.append(batch)
+        for line in batch:
+            head.append(line)
+            size += len(line)
+            if len(head) >= lines or size >= chars or _banner_prefix(_CI_STAMP.sub("", line)) is not None:
+                return head, taken
+    return head, taken
 
 
 def iter_records(lines: Iterable[str], *, prefix: str | None = None,
@@ -805,6 +940,11 @@ def _has_break(data: bytes) -> bool:
     if left.translate(None, b"\xc2\x85\xe2\x80\xa8\xa9"):
         return True  # a one-byte break
     return b"\xc2\x85" in data or b"\xe2\x80\xa8" in data or b"\xe2\x80\xa9" in data
+
+
+def iter_line_batches(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator[list[str]]:
+    """The lines of :func:`iter_lines` in lists, one (or two) a chunk: for ``record_batches``."""
+    return _line_batches(chunks, max_line)
 
 
 def iter_lines(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator[str]:
@@ -889,6 +1029,6 @@ def parse_text(text: str, *, prefix: str | None = None, tool: str | None = None)
     return list(parse_text_log(text, prefix=prefix, tool=tool).records)
 
 
-__all__ = ["TextLogParser", "ParsedLog", "iter_records", "iter_lines", "parse_text_log", "parse_text",
+__all__ = ["TextLogParser", "ParsedLog", "iter_records", "iter_lines", "iter_line_batches", "parse_text_log", "parse_text",
            "detect_prefix", "parse_location", "parse_device_frame", "parse_host_frame", "head_fields",
            "detail_of", "DEFAULT_PREFIX", "HW_EXCEPTIONS"]
