@@ -1,4 +1,5 @@
-"""Build glue for the one compiled part: the ledger's native recording library.
+"""Build glue for the compiled parts: the ledger's native recording library, and the ledger
+reader's scanner (``harness/ledger/_mapfast.c``, a CPython extension: docs/mapper.md, "Speed").
 
 Everything else is in pyproject.toml. ``harness/ledger/_native.c`` includes neither Python.h nor
 CUDA headers (faulthunt loads it with ctypes), so the system C compiler alone builds it at
@@ -13,5 +14,10 @@ setup(ext_modules=[Extension(
     sources=["harness/ledger/_native.c"],
     extra_compile_args=["-O2", "-pthread", "-fvisibility=hidden"],
     extra_link_args=["-pthread"],
+    optional=True,
+), Extension(
+    "faulthunt.ledger._mapfast",
+    sources=["harness/ledger/_mapfast.c"],
+    extra_compile_args=["-O2", "-fvisibility=hidden"],
     optional=True,
 )])

@@ -53,11 +53,17 @@ from faulthunt.records.ledger import (
     KIND_DEVICE,
     KIND_SEGMENT,
     PHASE_COMPLETED,
+    PHASE_REQUESTED,
     Allocation,
     format_stack,
     record_problem,
 )
 from faulthunt.rundir import JsonlRead, RunDirError, parse_jsonl
+
+try:  # the optional compiled scanner and replay (setup.py builds it; pure Python without it)
+    from faulthunt.ledger import _mapfast as _FAST
+except ImportError:  # pragma: no cover - a machine without a compiler at install
+    _FAST = None
 
 #: the ``source`` of guard mode's records (faulthunt.guard.records.SOURCE; kept here so reading
 #: a ledger imports nothing of guard mode)
@@ -149,6 +155,8 @@ _CODE_OF: dict[type, int] = {cls: cls.code for cls in _LINES}
 assert all(tuple(cls.__struct_fields__) == ("t", "pid", "t_mono", "address", "size", "kind", "x")
            for cls in _LINES)
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
+#: the objects the compiled part puts in the kind and x columns (the same ones msgspec gives)
+_FAST_CONSTS = (KIND_DEVICE, KIND_SEGMENT, KIND_BLOCK, PHASE_REQUESTED, PHASE_COMPLETED)
 _ANY = msgspec.json.Decoder()
 #: whole records kept once read back (a verdict shows the same allocations and launches again)
 CACHED_RECORDS = 16384
@@ -262,6 +270,24 @@ class _Collector:
             if cols.mono is None or t < cols.mono[0]:
                 cols.mono = (t, k, tm)
         self.records += len(objs)
+
+    def add_scanned(self, columns: tuple[Any, ...], mono: tuple[float, int, float] | None) -> None:
+        """One chunk as the compiled scanner gives it: one process's columns, in file order."""
+        pid, ts, evs, addrs, sizes, refs, kinds, xs = columns
+        cols = self.columns(pid)
+        first = len(cols.t)
+        cols.t.frombytes(ts)
+        cols.ev.frombytes(evs)
+        cols.ref.frombytes(refs)
+        cols.addr.frombytes(addrs)
+        cols.size.frombytes(sizes)
+        cols.kind.extend(kinds)
+        cols.x.extend(xs)
+        if mono is not None:
+            t, k, tm = mono
+            if cols.mono is None or t < cols.mono[0]:
+                cols.mono = (t, first + k, tm)
+        self.records += len(kinds)
 
     def add_text(self, line: bytes, ref: int, file_pid: int | None) -> None:
         """One line that the fast decoder did not take: :mod:`json`, then :meth:`add_dict`."""
@@ -418,6 +444,11 @@ def _read_lines(buf: bytes | memoryview, first: int, file_pid: int | None, sink:
                 count: int) -> int:
     """``count`` complete lines (``buf`` ends with a newline; ``first``: the first one's
     reference) into ``sink``; returns the reference of the line after them."""
+    if _FAST is not None:  # the compiled scanner takes the chunk whole, or leaves it to msgspec
+        got = _FAST.scan(buf, count, first, file_pid, sink._strings, _FAST_CONSTS)
+        if got is not None:
+            sink.add_scanned(*got)
+            return first + count
     try:
         objs = _DECODER.decode_lines(buf)
     except _DECODE_ERRORS:
@@ -871,55 +902,72 @@ def _replay_lives(ev: array[int], addrs: Sequence[int], sizes: Sequence[int], ki
     upgraded: tuple[dict[int, int], dict[int, int]] = ({}, {})
     merged: list[int] = []  # ranks of alloc records merged into a live allocation (no life)
     unmatched = 0
-    mask = bytes(map(_ALLOC_OR_FREE.__contains__, evb))
-    rows = zip(*(compress(col, mask) for col in (range(n), evb, addrs, kinds)))
-    for rank, e, addr, k in rows:
-        if e == _ALLOC:
-            level = 1 if k == KIND_BLOCK else 0
-            old = live[level].get(addr)
-            if old is not None:
-                o = r0s[level][old]
-                if sizes[o] == sizes[rank]:
-                    # The same allocation seen by two sources (CUPTI and a framework hook).
-                    src = xs[rank]
-                    extra = lives[level].extra
-                    also, dups = extra.get(old, ((), ()))
-                    if src and src != xs[o] and src not in also:
-                        also = (*also, src)
-                    extra[old] = (also, (*dups, refs[rank]))
-                    if k == KIND_SEGMENT:
-                        upgraded[level][old] = 1
-                    merged.append(rank)
-                    continue
-                # A new allocation where one is still live: its free was never recorded.
-                r1s[level][old] = rank
-                frees[level][old] = _FREED_IMPLIED
-                closed[level][addr] = old
-            i = count[level]
-            count[level] = i + 1
-            live[level][addr] = i
-            r0s[level][i] = rank
-            continue
-        levels = _BLOCKS if k == KIND_BLOCK else _CONTAINERS if k in (KIND_DEVICE, KIND_SEGMENT) else _EITHER
-        for level in levels:
-            life = live[level].pop(addr, None)
-            if life is not None:
-                r1s[level][life] = rank
-                frees[level][life] = refs[rank]
-                phase = xs[rank]
-                if phase is None or phase == PHASE_COMPLETED:
-                    dones[level][life] = rank
-                closed[level][addr] = life
-                break
-        else:
-            # Deferred driver free after the program's own free: annotate, don't double count.
+    if _FAST is not None and type(kinds) is list and type(xs) is list:
+        c0, c1, unmatched, pairs = _FAST.replay(
+            evb, addrs, sizes, kinds, xs, refs,
+            tuple((lv.r0, lv.r1, lv.free, lv.done) for lv in lives), _FAST_CONSTS)
+        count = [c0, c1]
+        for level, old, rank in pairs:  # what the loop below does at a merge, in the same order
+            o = r0s[level][old]
+            src = xs[rank]
+            extra = lives[level].extra
+            also, dups = extra.get(old, ((), ()))
+            if src and src != xs[o] and src not in also:
+                also = (*also, src)
+            extra[old] = (also, (*dups, refs[rank]))
+            if kinds[rank] == KIND_SEGMENT:
+                upgraded[level][old] = 1
+            merged.append(rank)
+    else:
+        mask = bytes(map(_ALLOC_OR_FREE.__contains__, evb))
+        rows = zip(*(compress(col, mask) for col in (range(n), evb, addrs, kinds)))
+        for rank, e, addr, k in rows:
+            if e == _ALLOC:
+                level = 1 if k == KIND_BLOCK else 0
+                old = live[level].get(addr)
+                if old is not None:
+                    o = r0s[level][old]
+                    if sizes[o] == sizes[rank]:
+                        # The same allocation seen by two sources (CUPTI and a framework hook).
+                        src = xs[rank]
+                        extra = lives[level].extra
+                        also, dups = extra.get(old, ((), ()))
+                        if src and src != xs[o] and src not in also:
+                            also = (*also, src)
+                        extra[old] = (also, (*dups, refs[rank]))
+                        if k == KIND_SEGMENT:
+                            upgraded[level][old] = 1
+                        merged.append(rank)
+                        continue
+                    # A new allocation where one is still live: its free was never recorded.
+                    r1s[level][old] = rank
+                    frees[level][old] = _FREED_IMPLIED
+                    closed[level][addr] = old
+                i = count[level]
+                count[level] = i + 1
+                live[level][addr] = i
+                r0s[level][i] = rank
+                continue
+            levels = _BLOCKS if k == KIND_BLOCK else _CONTAINERS if k in (KIND_DEVICE, KIND_SEGMENT) else _EITHER
             for level in levels:
-                life = closed[level].get(addr)
-                if life is not None and dones[level][life] < 0:
-                    dones[level][life] = rank
+                life = live[level].pop(addr, None)
+                if life is not None:
+                    r1s[level][life] = rank
+                    frees[level][life] = refs[rank]
+                    phase = xs[rank]
+                    if phase is None or phase == PHASE_COMPLETED:
+                        dones[level][life] = rank
+                    closed[level][addr] = life
                     break
             else:
-                unmatched += 1
+                # Deferred driver free after the program's own free: annotate, don't double count.
+                for level in levels:
+                    life = closed[level].get(addr)
+                    if life is not None and dones[level][life] < 0:
+                        dones[level][life] = rank
+                        break
+                else:
+                    unmatched += 1
     # Which records began a life, per level: lives began in rank order, so a life's columns are
     # those records' columns, taken whole (compress) rather than one life at a time.
     is_alloc = bytes(map(_ALLOC.__eq__, evb))

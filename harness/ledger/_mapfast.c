@@ -1,0 +1,573 @@
+/*
+ * The ledger reader's optional compiled part (docs/mapper.md, "Speed"): two loops of
+ * faulthunt/ledger/reader.py done in C. reader.py keeps the pure-Python route for both and uses
+ * it whenever this module is missing or declines a piece of work.
+ *
+ * scan(buf, count, first, file_pid, strings, consts)
+ *     A chunk of complete ledger lines -> the replay's columns, or None. It takes a chunk only
+ *     when every line is one JSON object in a narrow, strictly checked shape (ASCII only, no
+ *     escapes in strings, numbers in JSON's own grammar, no duplicate keys among those read, one
+ *     process); anything else is None and reader.py decodes the chunk exactly as before
+ *     (msgspec, then json line by line). So a chunk it accepts gives the same columns msgspec
+ *     would: it never decides about a doubtful line.
+ *
+ * replay(ev, addr, size, kinds, xs, refs, out, consts)
+ *     reader._replay_lives's loop over alloc and free records (time order) -> lives: the same
+ *     decisions in the same order, with hash tables for the live and the closed addresses. The
+ *     merges of one allocation seen by two sources are returned in order for reader.py to apply.
+ *
+ * A CPython extension (built by setup.py with optional=True; loaded as faulthunt.ledger._mapfast).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* event codes: reader._ALLOC, _FREE, _LAUNCH, _SYNC, _OTHER */
+enum { EV_ALLOC = 0, EV_FREE = 1, EV_LAUNCH = 2, EV_SYNC = 3, EV_OTHER = 4 };
+/* the keys read; any other key's value is checked as JSON and passed over */
+enum { K_EVENT, K_T, K_PID, K_TMONO, K_ADDRESS, K_SIZE, K_KIND, K_SOURCE, K_PHASE, K_KERNEL, NKEYS };
+static const char *const KEY_NAMES[NKEYS] = {
+    "event", "t", "pid", "t_mono", "address", "size", "kind", "source", "phase", "kernel"};
+/* value types */
+enum { V_NONE = 0, V_STR, V_INT, V_FLOAT, V_NULL, V_OTHER };
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n;
+    int type;
+} Val;
+
+#define MAX_DEPTH 64
+
+static inline const unsigned char *ws(const unsigned char *p, const unsigned char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+    return p;
+}
+
+/* a string without escapes, control characters or non-ASCII bytes; returns past its quote */
+static const unsigned char *str(const unsigned char *p, const unsigned char *end, Val *v) {
+    const unsigned char *s = ++p;
+    while (p < end) {
+        unsigned char c = *p;
+        if (c == '"') {
+            if (v) { v->p = s; v->n = p - s; v->type = V_STR; }
+            return p + 1;
+        }
+        if (c == '\\' || c < 0x20 || c >= 0x80) return NULL;
+        p++;
+    }
+    return NULL;
+}
+
+/* a number in JSON's grammar */
+static const unsigned char *num(const unsigned char *p, const unsigned char *end, Val *v) {
+    const unsigned char *s = p;
+    int is_int = 1;
+    if (p < end && *p == '-') p++;
+    if (p >= end) return NULL;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') { while (p < end && *p >= '0' && *p <= '9') p++; }
+    else return NULL;
+    if (p < end && *p == '.') {
+        is_int = 0;
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        is_int = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    if (v) { v->p = s; v->n = p - s; v->type = is_int ? V_INT : V_FLOAT; }
+    return p;
+}
+
+static const unsigned char *lit(const unsigned char *p, const unsigned char *end, const char *w) {
+    size_t n = strlen(w);
+    if ((size_t)(end - p) < n || memcmp(p, w, n) != 0) return NULL;
+    return p + n;
+}
+
+static const unsigned char *value(const unsigned char *p, const unsigned char *end, Val *v, int depth);
+
+static const unsigned char *container(const unsigned char *p, const unsigned char *end, int depth) {
+    unsigned char close = *p == '{' ? '}' : ']';
+    int obj = *p == '{';
+    if (depth > MAX_DEPTH) return NULL;
+    p = ws(p + 1, end);
+    if (p < end && *p == close) return p + 1;
+    for (;;) {
+        if (obj) {
+            if (p >= end || *p != '"' || !(p = str(p, end, NULL))) return NULL;
+            p = ws(p, end);
+            if (p >= end || *p != ':') return NULL;
+            p = ws(p + 1, end);
+        }
+        if (!(p = value(p, end, NULL, depth + 1))) return NULL;
+        p = ws(p, end);
+        if (p >= end) return NULL;
+        if (*p == close) return p + 1;
+        if (*p != ',') return NULL;
+        p = ws(p + 1, end);
+    }
+}
+
+static const unsigned char *value(const unsigned char *p, const unsigned char *end, Val *v, int depth) {
+    if (p >= end) return NULL;
+    switch (*p) {
+    case '"': return str(p, end, v);
+    case '{': case '[':
+        if (v) v->type = V_OTHER;
+        return container(p, end, depth);
+    case 't': if (v) v->type = V_OTHER; return lit(p, end, "true");
+    case 'f': if (v) v->type = V_OTHER; return lit(p, end, "false");
+    case 'n': if (v) v->type = V_NULL; return lit(p, end, "null");
+    default:
+        if (*p == '-' || (*p >= '0' && *p <= '9')) return num(p, end, v);
+        return NULL;
+    }
+}
+
+static int key_of(const unsigned char *p, Py_ssize_t n) {
+    for (int k = 0; k < NKEYS; k++)
+        if ((size_t)n == strlen(KEY_NAMES[k]) && memcmp(p, KEY_NAMES[k], n) == 0) return k;
+    return -1;
+}
+
+/* one line's object -> vals[]; 0 when it is not one object of the accepted shape */
+static int line_object(const unsigned char *p, const unsigned char *end, Val *vals) {
+    for (int k = 0; k < NKEYS; k++) vals[k].type = V_NONE;
+    p = ws(p, end);
+    if (p >= end || *p != '{') return 0;
+    p = ws(p + 1, end);
+    if (p < end && *p == '}') return 0;
+    for (;;) {
+        Val key;
+        if (p >= end || *p != '"' || !(p = str(p, end, &key))) return 0;
+        p = ws(p, end);
+        if (p >= end || *p != ':') return 0;
+        p = ws(p + 1, end);
+        int k = key_of(key.p, key.n);
+        Val got;
+        if (!(p = value(p, end, &got, 1))) return 0;
+        if (k >= 0) {
+            if (vals[k].type != V_NONE) return 0;  /* a duplicate key: not decided here */
+            vals[k] = got;
+        }
+        p = ws(p, end);
+        if (p >= end) return 0;
+        if (*p == '}') break;
+        if (*p != ',') return 0;
+        p = ws(p + 1, end);
+    }
+    return ws(p + 1, end) == end;
+}
+
+static int to_double(const Val *v, double *out) {
+    char buf[64];
+    if (v->type == V_INT && v->n > 18) return 0;  /* msgspec's integer route: not decided here */
+    if ((v->type != V_INT && v->type != V_FLOAT) || v->n >= (Py_ssize_t)sizeof buf) return 0;
+    memcpy(buf, v->p, v->n);
+    buf[v->n] = 0;
+    char *stop;
+    double d = PyOS_string_to_double(buf, &stop, NULL);
+    if (d == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    if (*stop || !isfinite(d)) return 0;
+    *out = d;
+    return 1;
+}
+
+static int to_u64(const Val *v, uint64_t *out) {
+    if (v->type != V_INT || v->p[0] == '-' || v->n > 20) return 0;
+    uint64_t x = 0;
+    for (Py_ssize_t i = 0; i < v->n; i++) {
+        uint64_t d = (uint64_t)(v->p[i] - '0');
+        if (x > (UINT64_MAX - d) / 10) return 0;
+        x = x * 10 + d;
+    }
+    *out = x;
+    return 1;
+}
+
+static int to_i64(const Val *v, int64_t *out) {
+    if (v->type != V_INT || v->n > 18) return 0;
+    int neg = v->p[0] == '-';
+    int64_t x = 0;
+    for (Py_ssize_t i = neg; i < v->n; i++) x = x * 10 + (v->p[i] - '0');
+    *out = neg ? -x : x;
+    return 1;
+}
+
+static int is(const Val *v, const char *w) {
+    return v->type == V_STR && (size_t)v->n == strlen(w) && memcmp(v->p, w, v->n) == 0;
+}
+
+/* strings seen in this call, to hand out one object per distinct text */
+#define CACHE 64
+typedef struct {
+    const unsigned char *p[CACHE];
+    Py_ssize_t n[CACHE];
+    PyObject *s[CACHE];
+    int used;
+    PyObject *strings;
+} Interned;
+
+/* a new reference to the interned str of v's text, or NULL with an exception */
+static PyObject *intern(Interned *c, const Val *v) {
+    for (int i = 0; i < c->used; i++)
+        if (c->n[i] == v->n && memcmp(c->p[i], v->p, v->n) == 0) { Py_INCREF(c->s[i]); return c->s[i]; }
+    PyObject *s = PyUnicode_FromStringAndSize((const char *)v->p, v->n);
+    if (!s) return NULL;
+    PyObject *got = PyDict_SetDefault(c->strings, s, s);
+    Py_DECREF(s);
+    if (!got) return NULL;
+    if (c->used < CACHE) {
+        c->p[c->used] = v->p;
+        c->n[c->used] = v->n;
+        c->s[c->used++] = got;
+        Py_INCREF(got);
+    }
+    Py_INCREF(got);
+    return got;
+}
+
+/* consts: (KIND_DEVICE, KIND_SEGMENT, KIND_BLOCK, PHASE_REQUESTED, PHASE_COMPLETED) */
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t count;
+    long long first;
+    PyObject *file_pid, *strings, *consts;
+    if (!PyArg_ParseTuple(args, "y*nLOO!O!", &buf, &count, &first, &file_pid, &PyDict_Type, &strings,
+                          &PyTuple_Type, &consts))
+        return NULL;
+    PyObject *result = NULL, *tb = NULL, *evb = NULL, *ab = NULL, *sb = NULL, *rb = NULL;
+    PyObject *kinds = NULL, *xs = NULL, *pid_obj = NULL;
+    Interned cache = {.used = 0, .strings = strings};
+    const unsigned char *p = buf.buf, *end = p + buf.len;
+    int declined = 1;
+    if (PyTuple_GET_SIZE(consts) != 5 || count <= 0 || buf.len == 0 || end[-1] != '\n') goto done;
+    if (file_pid != Py_None && !PyLong_Check(file_pid)) goto done;
+    tb = PyBytes_FromStringAndSize(NULL, count * 8);
+    evb = PyBytes_FromStringAndSize(NULL, count);
+    ab = PyBytes_FromStringAndSize(NULL, count * 8);
+    sb = PyBytes_FromStringAndSize(NULL, count * 8);
+    rb = PyBytes_FromStringAndSize(NULL, count * 8);
+    kinds = PyList_New(count);
+    xs = PyList_New(count);
+    if (!tb || !evb || !ab || !sb || !rb || !kinds || !xs) { declined = 0; goto done; }
+    double *t = (double *)PyBytes_AS_STRING(tb);
+    char *ev = PyBytes_AS_STRING(evb);
+    uint64_t *addr = (uint64_t *)PyBytes_AS_STRING(ab), *size = (uint64_t *)PyBytes_AS_STRING(sb);
+    int64_t *ref = (int64_t *)PyBytes_AS_STRING(rb);
+    /* the process: 0 none yet, 1 None, 2 an int (pid_val) */
+    int pid_kind = 0;
+    int64_t pid_val = 0;
+    int64_t file_val = 0;
+    int file_kind = 1;
+    if (file_pid != Py_None) {
+        int overflow;
+        file_val = PyLong_AsLongLongAndOverflow(file_pid, &overflow);
+        if (overflow || (file_val == -1 && PyErr_Occurred())) { PyErr_Clear(); goto done; }
+        file_kind = 2;
+    }
+    uint64_t max_addr = 0, max_size = 0;
+    Py_ssize_t best = -1;
+    double best_t = 0, best_tm = 0;
+    Py_ssize_t i = 0;
+    Val v[NKEYS];
+    while (p < end) {
+        const unsigned char *nl = memchr(p, '\n', end - p);
+        if (i >= count || !line_object(p, nl, v)) goto done;
+        p = nl + 1;
+        int e;
+        if (is(&v[K_EVENT], "alloc")) e = EV_ALLOC;
+        else if (is(&v[K_EVENT], "free")) e = EV_FREE;
+        else if (is(&v[K_EVENT], "launch")) e = EV_LAUNCH;
+        else if (is(&v[K_EVENT], "sync")) e = EV_SYNC;
+        else if (is(&v[K_EVENT], "note")) e = EV_OTHER;
+        else goto done;
+        if (!to_double(&v[K_T], &t[i])) goto done;
+        int pk;
+        int64_t pv = 0;
+        if (v[K_PID].type == V_NONE) { pk = file_kind; pv = file_val; }
+        else if (v[K_PID].type == V_NULL) pk = 1;
+        else if (to_i64(&v[K_PID], &pv)) pk = 2;
+        else goto done;
+        if (pid_kind == 0) { pid_kind = pk; pid_val = pv; }
+        else if (pk != pid_kind || (pk == 2 && pv != pid_val)) goto done;  /* several processes */
+        if (v[K_TMONO].type != V_NONE && v[K_TMONO].type != V_NULL) {
+            double tm;
+            if (!to_double(&v[K_TMONO], &tm)) goto done;
+            if (best < 0 || t[i] < best_t) { best = i; best_t = t[i]; best_tm = tm; }
+        }
+        PyObject *kind = Py_None, *x = Py_None;
+        addr[i] = size[i] = 0;
+        if (e == EV_ALLOC || e == EV_FREE) {
+            if (!to_u64(&v[K_ADDRESS], &addr[i])) goto done;
+            if (e == EV_ALLOC && !to_u64(&v[K_SIZE], &size[i])) goto done;
+            const Val *k = &v[K_KIND];
+            if (is(k, "device")) kind = PyTuple_GET_ITEM(consts, 0);
+            else if (is(k, "segment")) kind = PyTuple_GET_ITEM(consts, 1);
+            else if (is(k, "block")) kind = PyTuple_GET_ITEM(consts, 2);
+            else if (k->type != V_NONE && k->type != V_NULL) goto done;
+            if (addr[i] > max_addr) max_addr = addr[i];
+            if (size[i] > max_size) max_size = size[i];
+        }
+        const Val *xv = e == EV_ALLOC ? &v[K_SOURCE] : e == EV_FREE ? &v[K_PHASE]
+                        : e == EV_LAUNCH ? &v[K_KERNEL] : NULL;
+        if (e == EV_FREE) {
+            if (is(xv, "requested")) x = PyTuple_GET_ITEM(consts, 3);
+            else if (is(xv, "completed")) x = PyTuple_GET_ITEM(consts, 4);
+            else if (xv->type != V_NONE && xv->type != V_NULL) goto done;
+        } else if (xv && xv->type == V_STR) {
+            x = intern(&cache, xv);
+            if (!x) { declined = 0; goto done; }
+            Py_DECREF(x);  /* the cache or the dict holds it; the list takes its own below */
+        } else if (xv && !(e == EV_ALLOC && (xv->type == V_NONE || xv->type == V_NULL))) {
+            goto done;  /* a launch needs its kernel; a source is a string or null */
+        }
+        ev[i] = (char)e;
+        ref[i] = first + i;
+        Py_INCREF(kind);
+        PyList_SET_ITEM(kinds, i, kind);
+        Py_INCREF(x);
+        PyList_SET_ITEM(xs, i, x);
+        i++;
+    }
+    if (i != count || (max_size && max_addr > UINT64_MAX - max_size)) goto done;
+    pid_obj = pid_kind == 2 ? PyLong_FromLongLong(pid_val) : Py_NewRef(Py_None);
+    PyObject *mono = best < 0 ? Py_NewRef(Py_None) : Py_BuildValue("(dnd)", best_t, best, best_tm);
+    if (!pid_obj || !mono) { Py_XDECREF(mono); declined = 0; goto done; }
+    result = PyTuple_Pack(8, pid_obj, tb, evb, ab, sb, rb, kinds, xs);
+    if (result) {
+        PyObject *both = Py_BuildValue("(NN)", result, mono);
+        result = both;
+    } else {
+        Py_DECREF(mono);
+    }
+    declined = 0;
+done:
+    /* lists filled only in part: the rest of their slots are NULL, which list_dealloc allows */
+    for (int k = 0; k < cache.used; k++) Py_DECREF(cache.s[k]);
+    Py_XDECREF(tb); Py_XDECREF(evb); Py_XDECREF(ab); Py_XDECREF(sb); Py_XDECREF(rb);
+    Py_XDECREF(kinds); Py_XDECREF(xs); Py_XDECREF(pid_obj);
+    PyBuffer_Release(&buf);
+    if (declined) Py_RETURN_NONE;
+    return result;
+}
+
+/* ---- replay ---------------------------------------------------------------------------------- */
+
+/* an address -> life number table (open addressing, linear probing, deletion by backward shift) */
+typedef struct {
+    uint64_t *key;
+    int64_t *val;
+    unsigned char *used;
+    size_t mask;
+} Table;
+
+static int table_init(Table *t, size_t want) {
+    size_t cap = 16;
+    while (cap < 2 * want + 16) cap <<= 1;
+    t->key = PyMem_Calloc(cap, sizeof *t->key);
+    t->val = PyMem_Calloc(cap, sizeof *t->val);
+    t->used = PyMem_Calloc(cap, 1);
+    t->mask = cap - 1;
+    return t->key && t->val && t->used;
+}
+
+static void table_free(Table *t) {
+    PyMem_Free(t->key); PyMem_Free(t->val); PyMem_Free(t->used);
+}
+
+static inline size_t slot_of(const Table *t, uint64_t k) {
+    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 17) & t->mask;
+}
+
+static inline size_t table_find(const Table *t, uint64_t k) {
+    size_t i = slot_of(t, k);
+    while (t->used[i] && t->key[i] != k) i = (i + 1) & t->mask;
+    return i;
+}
+
+static inline void table_put(Table *t, uint64_t k, int64_t v) {
+    size_t i = table_find(t, k);
+    t->used[i] = 1; t->key[i] = k; t->val[i] = v;
+}
+
+static inline void table_del(Table *t, size_t i) {
+    size_t j = i;
+    t->used[i] = 0;
+    for (;;) {
+        j = (j + 1) & t->mask;
+        if (!t->used[j]) return;
+        size_t h = slot_of(t, t->key[j]);
+        /* move j back to i when its home slot is not in (i, j] (cyclically) */
+        if ((i <= j) ? (h <= i || h > j) : (h <= i && h > j)) {
+            t->key[i] = t->key[j]; t->val[i] = t->val[j]; t->used[i] = 1; t->used[j] = 0;
+            i = j;
+        }
+    }
+}
+
+static int kind_code(PyObject *k, PyObject *consts) {
+    /* 0 device, 1 segment, 2 block, 3 None, 4 anything else (a free of another kind) */
+    if (k == Py_None) return 3;
+    for (int c = 0; c < 3; c++) {
+        PyObject *w = PyTuple_GET_ITEM(consts, c);
+        if (k == w) return c;
+        if (PyUnicode_Check(k)) {
+            int r = PyUnicode_Compare(k, w);
+            if (r == -1 && PyErr_Occurred()) return -1;
+            if (r == 0) return c;
+        }
+    }
+    return 4;
+}
+
+static int get_buf(PyObject *o, Py_buffer *b, Py_ssize_t item, Py_ssize_t n, int writable) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return 0;
+    if (b->len != item * n) {
+        PyBuffer_Release(b);
+        PyErr_SetString(PyExc_ValueError, "replay: a column of the wrong length");
+        return 0;
+    }
+    return 1;
+}
+
+/*
+ * replay(ev: bytes, addr: array Q, size: array Q, kinds: list, xs: list, refs: array q,
+ *        out: ((r0, r1, free, done), (r0, r1, free, done)), consts)
+ * -> (count0, count1, unmatched, merged [(level, life, rank), ...])
+ * out's arrays (q) are made to size by the caller (r1 filled with n, free and done with -1).
+ */
+static PyObject *replay(PyObject *self, PyObject *args) {
+    PyObject *evo, *ao, *so, *kinds, *xs, *ro, *out, *consts;
+    if (!PyArg_ParseTuple(args, "OOOO!O!OO!O!", &evo, &ao, &so, &PyList_Type, &kinds, &PyList_Type, &xs,
+                          &ro, &PyTuple_Type, &out, &PyTuple_Type, &consts))
+        return NULL;
+    if (PyTuple_GET_SIZE(out) != 2 || PyTuple_GET_SIZE(consts) != 5) {
+        PyErr_SetString(PyExc_ValueError, "replay: bad arguments");
+        return NULL;
+    }
+    Py_buffer evb = {0}, ab = {0}, sb = {0}, rb = {0}, ob[2][4];
+    int got_ob = 0;
+    PyObject *merged = NULL, *result = NULL;
+    Table live[2] = {{0}}, closed[2] = {{0}};
+    Py_ssize_t n = PyList_GET_SIZE(kinds);
+    if (PyList_GET_SIZE(xs) != n) { PyErr_SetString(PyExc_ValueError, "replay: columns differ"); return NULL; }
+    if (!get_buf(evo, &evb, 1, n, 0)) return NULL;
+    if (!get_buf(ao, &ab, 8, n, 0)) goto fail;
+    if (!get_buf(so, &sb, 8, n, 0)) goto fail;
+    if (!get_buf(ro, &rb, 8, n, 0)) goto fail;
+    Py_ssize_t cap[2];
+    for (int lv = 0; lv < 2; lv++) {
+        PyObject *four = PyTuple_GET_ITEM(out, lv);
+        if (!PyTuple_Check(four) || PyTuple_GET_SIZE(four) != 4) {
+            PyErr_SetString(PyExc_ValueError, "replay: bad out");
+            goto fail;
+        }
+        for (int c = 0; c < 4; c++) {
+            PyObject *o = PyTuple_GET_ITEM(four, c);
+            if (PyObject_GetBuffer(o, &ob[lv][c], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto fail;
+            got_ob++;
+            if (c == 0) cap[lv] = ob[lv][0].len / 8;
+            else if (ob[lv][c].len != ob[lv][0].len) {
+                PyErr_SetString(PyExc_ValueError, "replay: out columns differ");
+                goto fail;
+            }
+        }
+    }
+    const char *ev = evb.buf;
+    const uint64_t *addrs = ab.buf, *sizes = sb.buf;
+    const int64_t *refs = rb.buf;
+    int64_t *r0[2] = {ob[0][0].buf, ob[1][0].buf}, *r1[2] = {ob[0][1].buf, ob[1][1].buf};
+    int64_t *fr[2] = {ob[0][2].buf, ob[1][2].buf}, *dn[2] = {ob[0][3].buf, ob[1][3].buf};
+    for (int lv = 0; lv < 2; lv++)
+        if (!table_init(&live[lv], cap[lv]) || !table_init(&closed[lv], cap[lv])) { PyErr_NoMemory(); goto fail; }
+    merged = PyList_New(0);
+    if (!merged) goto fail;
+    PyObject *completed = PyTuple_GET_ITEM(consts, 4);
+    Py_ssize_t count[2] = {0, 0}, unmatched = 0;
+    for (Py_ssize_t rank = 0; rank < n; rank++) {
+        int e = ev[rank];
+        if (e != EV_ALLOC && e != EV_FREE) continue;
+        uint64_t a = addrs[rank];
+        int kc = kind_code(PyList_GET_ITEM(kinds, rank), consts);
+        if (kc < 0) goto fail;
+        if (e == EV_ALLOC) {
+            int lv = kc == 2;
+            size_t at = table_find(&live[lv], a);
+            if (live[lv].used[at]) {
+                int64_t old = live[lv].val[at];
+                if (sizes[r0[lv][old]] == sizes[rank]) {  /* one allocation seen by two sources */
+                    PyObject *m = Py_BuildValue("(inn)", lv, (Py_ssize_t)old, rank);
+                    if (!m || PyList_Append(merged, m) < 0) { Py_XDECREF(m); goto fail; }
+                    Py_DECREF(m);
+                    continue;
+                }
+                r1[lv][old] = rank;  /* a new allocation where one is live: its free went unrecorded */
+                fr[lv][old] = -2;
+                table_put(&closed[lv], a, old);
+            }
+            if (count[lv] >= cap[lv]) { PyErr_SetString(PyExc_ValueError, "replay: out too small"); goto fail; }
+            Py_ssize_t life = count[lv]++;
+            live[lv].used[at] = 1; live[lv].key[at] = a; live[lv].val[at] = life;
+            r0[lv][life] = rank;
+            continue;
+        }
+        int lo = kc == 2 ? 1 : 0, hi = kc == 2 ? 1 : (kc <= 1 ? 0 : 1);
+        int done = 0;
+        for (int lv = lo; lv <= hi && !done; lv++) {
+            size_t at = table_find(&live[lv], a);
+            if (!live[lv].used[at]) continue;
+            int64_t life = live[lv].val[at];
+            table_del(&live[lv], at);
+            r1[lv][life] = rank;
+            fr[lv][life] = refs[rank];
+            PyObject *phase = PyList_GET_ITEM(xs, rank);
+            int is_done = phase == Py_None || phase == completed;
+            if (!is_done && PyUnicode_Check(phase)) {
+                int r = PyUnicode_Compare(phase, completed);
+                if (r == -1 && PyErr_Occurred()) goto fail;
+                is_done = r == 0;
+            }
+            if (is_done) dn[lv][life] = rank;
+            table_put(&closed[lv], a, life);
+            done = 1;
+        }
+        if (done) continue;
+        for (int lv = lo; lv <= hi && !done; lv++) {  /* a deferred driver free after the program's own */
+            size_t at = table_find(&closed[lv], a);
+            if (!closed[lv].used[at]) continue;
+            int64_t life = closed[lv].val[at];
+            if (dn[lv][life] < 0) { dn[lv][life] = rank; done = 1; }
+        }
+        if (!done) unmatched++;
+    }
+    result = Py_BuildValue("(nnnO)", count[0], count[1], unmatched, merged);
+fail:
+    for (int lv = 0; lv < 2; lv++) { table_free(&live[lv]); table_free(&closed[lv]); }
+    for (int k = 0; k < got_ob; k++) PyBuffer_Release(&ob[k / 4][k % 4]);
+    if (evb.obj) PyBuffer_Release(&evb);
+    if (ab.obj) PyBuffer_Release(&ab);
+    if (sb.obj) PyBuffer_Release(&sb);
+    if (rb.obj) PyBuffer_Release(&rb);
+    Py_XDECREF(merged);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, "ledger lines -> the replay's columns, or None (see _mapfast.c)"},
+    {"replay", replay, METH_VARARGS, "alloc/free records in time order -> lives (see _mapfast.c)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_mapfast", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__mapfast(void) { return PyModule_Create(&module); }
