@@ -25,7 +25,7 @@ from faulthunt.ledger.reader import Ledger, build_ledger, load_ledger
 from faulthunt.mapper import map_address, map_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from benchrows.mapper import make_ledger  # noqa: E402
+from benchrows.mapper import make_ledger
 
 FAST = reader._FAST
 needs_fast = pytest.mark.skipif(FAST is None, reason="the compiled part is not built here")
@@ -183,7 +183,7 @@ def test_random_ledgers_with_doubtful_lines_load_the_same(tmp_path, monkeypatch)
 def test_records_given_in_memory_replay_the_same(monkeypatch):
     rng = random.Random(5)
     recs: list[Any] = []
-    for i in range(4000):
+    for _ in range(4000):
         a = 0x5000_0000 + rng.randrange(40) * 8192
         ev = rng.choice(("alloc", "alloc", "free", "free", "launch"))
         rec: dict[str, Any] = {"event": ev, "t": float(rng.randrange(3000)), "pid": rng.choice((1, 2))}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import gc
+import importlib
 import json
 import os
 import pickle
@@ -61,7 +62,7 @@ from faulthunt.records.ledger import (
 from faulthunt.rundir import JsonlRead, RunDirError, parse_jsonl
 
 try:  # the optional compiled scanner and replay (setup.py builds it; pure Python without it)
-    from faulthunt.ledger import _mapfast as _FAST
+    _FAST: Any = importlib.import_module("faulthunt.ledger._mapfast")
 except ImportError:  # pragma: no cover - a machine without a compiler at install
     _FAST = None
 
