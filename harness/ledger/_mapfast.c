@@ -11,10 +11,11 @@
  *     (msgspec, then json line by line). So a chunk it accepts gives the same columns msgspec
  *     would: it never decides about a doubtful line.
  *
- * replay(ev, addr, size, kinds, xs, refs, out, consts)
+ * replay(ev, addr, size, kinds, xs, refs, consts)
  *     reader._replay_lives's loop over alloc and free records (time order) -> lives: the same
- *     decisions in the same order, with hash tables for the live and the closed addresses. The
- *     merges of one allocation seen by two sources are returned in order for reader.py to apply.
+ *     decisions in the same order, with hash tables for the live and the closed addresses, and
+ *     the lives' columns made here. The merges of one allocation seen by two sources are
+ *     returned in order for reader.py to apply.
  *
  * A CPython extension (built by setup.py with optional=True; loaded as faulthunt.ledger._mapfast).
  */
@@ -46,19 +47,16 @@ static inline const unsigned char *ws(const unsigned char *p, const unsigned cha
     return p;
 }
 
+/* bytes that end the plain part of a string: its quote, an escape, control and non-ASCII bytes */
+static unsigned char STOP[256];
+
 /* a string without escapes, control characters or non-ASCII bytes; returns past its quote */
 static const unsigned char *str(const unsigned char *p, const unsigned char *end, Val *v) {
     const unsigned char *s = ++p;
-    while (p < end) {
-        unsigned char c = *p;
-        if (c == '"') {
-            if (v) { v->p = s; v->n = p - s; v->type = V_STR; }
-            return p + 1;
-        }
-        if (c == '\\' || c < 0x20 || c >= 0x80) return NULL;
-        p++;
-    }
-    return NULL;
+    while (p < end && !STOP[*p]) p++;
+    if (p >= end || *p != '"') return NULL;
+    if (v) { v->p = s; v->n = p - s; v->type = V_STR; }
+    return p + 1;
 }
 
 /* a number in JSON's grammar */
@@ -430,95 +428,138 @@ static int kind_code(PyObject *k, PyObject *consts) {
     return 4;
 }
 
-static int get_buf(PyObject *o, Py_buffer *b, Py_ssize_t item, Py_ssize_t n, int writable) {
-    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return 0;
+static int get_buf(PyObject *o, Py_buffer *b, Py_ssize_t item, Py_ssize_t n) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS) < 0) return 0;
     if (b->len != item * n) {
         PyBuffer_Release(b);
+        b->obj = NULL;
         PyErr_SetString(PyExc_ValueError, "replay: a column of the wrong length");
         return 0;
     }
     return 1;
 }
 
+/* one level's lives as the replay makes them (reader._LevelLives's columns) */
+typedef struct {
+    Py_ssize_t cap, count;
+    int64_t *r0, *r1, *fr, *dn, *ref;
+    char *kind;
+    PyObject *r0b, *r1b, *frb, *dnb, *refb, *kindb, *began;
+} Lives;
+
+static int lives_init(Lives *l, Py_ssize_t cap, Py_ssize_t n) {
+    l->cap = cap;
+    l->count = 0;
+    l->r0b = PyBytes_FromStringAndSize(NULL, cap * 8);
+    l->r1b = PyBytes_FromStringAndSize(NULL, cap * 8);
+    l->frb = PyBytes_FromStringAndSize(NULL, cap * 8);
+    l->dnb = PyBytes_FromStringAndSize(NULL, cap * 8);
+    l->refb = PyBytes_FromStringAndSize(NULL, cap * 8);
+    l->kindb = PyBytes_FromStringAndSize(NULL, cap);
+    l->began = PyByteArray_FromStringAndSize(NULL, n);
+    if (!l->r0b || !l->r1b || !l->frb || !l->dnb || !l->refb || !l->kindb || !l->began) return 0;
+    l->r0 = (int64_t *)PyBytes_AS_STRING(l->r0b);
+    l->r1 = (int64_t *)PyBytes_AS_STRING(l->r1b);
+    l->fr = (int64_t *)PyBytes_AS_STRING(l->frb);
+    l->dn = (int64_t *)PyBytes_AS_STRING(l->dnb);
+    l->ref = (int64_t *)PyBytes_AS_STRING(l->refb);
+    l->kind = PyBytes_AS_STRING(l->kindb);
+    memset(PyByteArray_AS_STRING(l->began), 0, n);
+    for (Py_ssize_t i = 0; i < cap; i++) { l->r1[i] = n; l->fr[i] = -1; l->dn[i] = -1; }
+    return 1;
+}
+
+static void lives_clear(Lives *l) {
+    Py_CLEAR(l->r0b); Py_CLEAR(l->r1b); Py_CLEAR(l->frb); Py_CLEAR(l->dnb); Py_CLEAR(l->refb);
+    Py_CLEAR(l->kindb); Py_CLEAR(l->began);
+}
+
+/* (r0, r1, free, done, ref, kind, began), each cut to the lives made; a new reference */
+static PyObject *lives_tuple(Lives *l) {
+    Py_ssize_t m = l->count;
+    if (_PyBytes_Resize(&l->r0b, m * 8) < 0 || _PyBytes_Resize(&l->r1b, m * 8) < 0 ||
+        _PyBytes_Resize(&l->frb, m * 8) < 0 || _PyBytes_Resize(&l->dnb, m * 8) < 0 ||
+        _PyBytes_Resize(&l->refb, m * 8) < 0 || _PyBytes_Resize(&l->kindb, m) < 0)
+        return NULL;
+    return PyTuple_Pack(7, l->r0b, l->r1b, l->frb, l->dnb, l->refb, l->kindb, l->began);
+}
+
 /*
- * replay(ev: bytes, addr: array Q, size: array Q, kinds: list, xs: list, refs: array q,
- *        out: ((r0, r1, free, done), (r0, r1, free, done)), consts)
- * -> (count0, count1, unmatched, merged [(level, life, rank), ...])
- * out's arrays (q) are made to size by the caller (r1 filled with n, free and done with -1).
+ * replay(ev: bytes, addr: array Q, size: array Q, kinds: list, xs: list, refs: array q, consts)
+ * -> (unmatched, merged [(level, life, rank), ...], lives0, lives1), or None when an alloc record
+ * has a kind the replay does not know (reader.py's loop then decides, as without this module).
  */
 static PyObject *replay(PyObject *self, PyObject *args) {
-    PyObject *evo, *ao, *so, *kinds, *xs, *ro, *out, *consts;
-    if (!PyArg_ParseTuple(args, "OOOO!O!OO!O!", &evo, &ao, &so, &PyList_Type, &kinds, &PyList_Type, &xs,
-                          &ro, &PyTuple_Type, &out, &PyTuple_Type, &consts))
+    PyObject *evo, *ao, *so, *kinds, *xs, *ro, *consts;
+    if (!PyArg_ParseTuple(args, "OOOO!O!OO!", &evo, &ao, &so, &PyList_Type, &kinds, &PyList_Type, &xs,
+                          &ro, &PyTuple_Type, &consts))
         return NULL;
-    if (PyTuple_GET_SIZE(out) != 2 || PyTuple_GET_SIZE(consts) != 5) {
+    if (PyTuple_GET_SIZE(consts) != 5) {
         PyErr_SetString(PyExc_ValueError, "replay: bad arguments");
         return NULL;
     }
-    Py_buffer evb = {0}, ab = {0}, sb = {0}, rb = {0}, ob[2][4];
-    int got_ob = 0;
+    Py_buffer evb = {0}, ab = {0}, sb = {0}, rb = {0};
     PyObject *merged = NULL, *result = NULL;
     Table live[2] = {{0}}, closed[2] = {{0}};
+    Lives lives[2] = {{0}};
+    char *codes = NULL;
+    int declined = 0;
     Py_ssize_t n = PyList_GET_SIZE(kinds);
     if (PyList_GET_SIZE(xs) != n) { PyErr_SetString(PyExc_ValueError, "replay: columns differ"); return NULL; }
-    if (!get_buf(evo, &evb, 1, n, 0)) return NULL;
-    if (!get_buf(ao, &ab, 8, n, 0)) goto fail;
-    if (!get_buf(so, &sb, 8, n, 0)) goto fail;
-    if (!get_buf(ro, &rb, 8, n, 0)) goto fail;
-    Py_ssize_t cap[2];
-    for (int lv = 0; lv < 2; lv++) {
-        PyObject *four = PyTuple_GET_ITEM(out, lv);
-        if (!PyTuple_Check(four) || PyTuple_GET_SIZE(four) != 4) {
-            PyErr_SetString(PyExc_ValueError, "replay: bad out");
-            goto fail;
-        }
-        for (int c = 0; c < 4; c++) {
-            PyObject *o = PyTuple_GET_ITEM(four, c);
-            if (PyObject_GetBuffer(o, &ob[lv][c], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto fail;
-            got_ob++;
-            if (c == 0) cap[lv] = ob[lv][0].len / 8;
-            else if (ob[lv][c].len != ob[lv][0].len) {
-                PyErr_SetString(PyExc_ValueError, "replay: out columns differ");
-                goto fail;
-            }
-        }
-    }
+    if (!get_buf(evo, &evb, 1, n) || !get_buf(ao, &ab, 8, n) || !get_buf(so, &sb, 8, n) ||
+        !get_buf(ro, &rb, 8, n))
+        goto fail;
     const char *ev = evb.buf;
     const uint64_t *addrs = ab.buf, *sizes = sb.buf;
     const int64_t *refs = rb.buf;
-    int64_t *r0[2] = {ob[0][0].buf, ob[1][0].buf}, *r1[2] = {ob[0][1].buf, ob[1][1].buf};
-    int64_t *fr[2] = {ob[0][2].buf, ob[1][2].buf}, *dn[2] = {ob[0][3].buf, ob[1][3].buf};
-    for (int lv = 0; lv < 2; lv++)
+    codes = PyMem_Malloc(n ? n : 1);
+    if (!codes) { PyErr_NoMemory(); goto fail; }
+    Py_ssize_t cap[2] = {0, 0};
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (ev[r] != EV_ALLOC && ev[r] != EV_FREE) continue;
+        int kc = kind_code(PyList_GET_ITEM(kinds, r), consts);
+        if (kc < 0) goto fail;
+        codes[r] = (char)kc;
+        if (ev[r] == EV_ALLOC) {
+            if (kc == 4) { declined = 1; goto fail; }
+            cap[kc == 2]++;
+        }
+    }
+    for (int lv = 0; lv < 2; lv++) {
+        if (!lives_init(&lives[lv], cap[lv], n)) goto fail;
         if (!table_init(&live[lv], cap[lv]) || !table_init(&closed[lv], cap[lv])) { PyErr_NoMemory(); goto fail; }
+    }
     merged = PyList_New(0);
     if (!merged) goto fail;
     PyObject *completed = PyTuple_GET_ITEM(consts, 4);
-    Py_ssize_t count[2] = {0, 0}, unmatched = 0;
+    Py_ssize_t unmatched = 0;
     for (Py_ssize_t rank = 0; rank < n; rank++) {
         int e = ev[rank];
         if (e != EV_ALLOC && e != EV_FREE) continue;
         uint64_t a = addrs[rank];
-        int kc = kind_code(PyList_GET_ITEM(kinds, rank), consts);
-        if (kc < 0) goto fail;
+        int kc = codes[rank];
         if (e == EV_ALLOC) {
             int lv = kc == 2;
+            Lives *L = &lives[lv];
             size_t at = table_find(&live[lv], a);
             if (live[lv].used[at]) {
                 int64_t old = live[lv].val[at];
-                if (sizes[r0[lv][old]] == sizes[rank]) {  /* one allocation seen by two sources */
+                if (sizes[L->r0[old]] == sizes[rank]) {  /* one allocation seen by two sources */
                     PyObject *m = Py_BuildValue("(inn)", lv, (Py_ssize_t)old, rank);
                     if (!m || PyList_Append(merged, m) < 0) { Py_XDECREF(m); goto fail; }
                     Py_DECREF(m);
                     continue;
                 }
-                r1[lv][old] = rank;  /* a new allocation where one is live: its free went unrecorded */
-                fr[lv][old] = -2;
+                L->r1[old] = rank;  /* a new allocation where one is live: its free went unrecorded */
+                L->fr[old] = -2;
                 table_put(&closed[lv], a, old);
             }
-            if (count[lv] >= cap[lv]) { PyErr_SetString(PyExc_ValueError, "replay: out too small"); goto fail; }
-            Py_ssize_t life = count[lv]++;
+            Py_ssize_t life = L->count++;
             live[lv].used[at] = 1; live[lv].key[at] = a; live[lv].val[at] = life;
-            r0[lv][life] = rank;
+            L->r0[life] = rank;
+            L->ref[life] = refs[rank];
+            L->kind[life] = (char)(kc == 3 ? 0 : kc);
+            PyByteArray_AS_STRING(L->began)[rank] = 1;
             continue;
         }
         int lo = kc == 2 ? 1 : 0, hi = kc == 2 ? 1 : (kc <= 1 ? 0 : 1);
@@ -526,10 +567,11 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         for (int lv = lo; lv <= hi && !done; lv++) {
             size_t at = table_find(&live[lv], a);
             if (!live[lv].used[at]) continue;
+            Lives *L = &lives[lv];
             int64_t life = live[lv].val[at];
             table_del(&live[lv], at);
-            r1[lv][life] = rank;
-            fr[lv][life] = refs[rank];
+            L->r1[life] = rank;
+            L->fr[life] = refs[rank];
             PyObject *phase = PyList_GET_ITEM(xs, rank);
             int is_done = phase == Py_None || phase == completed;
             if (!is_done && PyUnicode_Check(phase)) {
@@ -537,7 +579,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
                 if (r == -1 && PyErr_Occurred()) goto fail;
                 is_done = r == 0;
             }
-            if (is_done) dn[lv][life] = rank;
+            if (is_done) L->dn[life] = rank;
             table_put(&closed[lv], a, life);
             done = 1;
         }
@@ -546,19 +588,27 @@ static PyObject *replay(PyObject *self, PyObject *args) {
             size_t at = table_find(&closed[lv], a);
             if (!closed[lv].used[at]) continue;
             int64_t life = closed[lv].val[at];
-            if (dn[lv][life] < 0) { dn[lv][life] = rank; done = 1; }
+            if (lives[lv].dn[life] < 0) { lives[lv].dn[life] = rank; done = 1; }
         }
         if (!done) unmatched++;
     }
-    result = Py_BuildValue("(nnnO)", count[0], count[1], unmatched, merged);
+    PyObject *l0 = lives_tuple(&lives[0]);
+    PyObject *l1 = l0 ? lives_tuple(&lives[1]) : NULL;
+    if (l0 && l1) result = Py_BuildValue("(nONN)", unmatched, merged, l0, l1);
+    else Py_XDECREF(l0);
 fail:
-    for (int lv = 0; lv < 2; lv++) { table_free(&live[lv]); table_free(&closed[lv]); }
-    for (int k = 0; k < got_ob; k++) PyBuffer_Release(&ob[k / 4][k % 4]);
+    for (int lv = 0; lv < 2; lv++) {
+        table_free(&live[lv]);
+        table_free(&closed[lv]);
+        lives_clear(&lives[lv]);
+    }
+    PyMem_Free(codes);
     if (evb.obj) PyBuffer_Release(&evb);
     if (ab.obj) PyBuffer_Release(&ab);
     if (sb.obj) PyBuffer_Release(&sb);
     if (rb.obj) PyBuffer_Release(&rb);
     Py_XDECREF(merged);
+    if (declined && !PyErr_Occurred()) Py_RETURN_NONE;
     return result;
 }
 
@@ -570,4 +620,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_mapfast", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__mapfast(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__mapfast(void) {
+    for (int c = 0; c < 256; c++) STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
+    return PyModule_Create(&module);
+}

@@ -538,16 +538,22 @@ class RecordStore:
         m = max(0, bisect.bisect_left(marks, number) - 1)  # lines before mark m: fewer than number
         skip = number - marks[m] if number else 0
         offset = m * MARK if number else 0
-        data = b""
-        while True:
-            more = os.pread(fd, 2 * MARK, offset + len(data))
-            data += more
-            if len(more) < 2 * MARK or data.count(b"\n") > skip:
-                break
-        parts = data.split(b"\n", skip + 1)
-        if len(parts) <= skip:
-            raise OSError(f"line {number + 1} is not there any more")
-        return parts[skip]
+        data = os.pread(fd, 2 * MARK, offset)
+        pos = 0
+        for _ in range(skip + 1):  # past `skip` newlines, then to the end of the wanted line
+            nl = data.find(b"\n", pos)
+            while nl < 0:
+                more = os.pread(fd, 2 * MARK, offset + len(data))
+                if not more:  # the end of the file: the wanted line is the rest, if it began
+                    if _ < skip:
+                        raise OSError(f"line {number + 1} is not there any more")
+                    return data[pos:]
+                data += more
+                nl = data.find(b"\n", pos)
+            if _ == skip:
+                return data[pos:nl]
+            pos = nl + 1
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _read(self, fid: int, number: int) -> dict[str, Any]:
         path, file_pid, _marks = self.files[fid - 1]
@@ -886,6 +892,10 @@ def _replay_lives(ev: array[int], addrs: Sequence[int], sizes: Sequence[int], ki
     """
     n = len(ev)
     evb = ev.tobytes()
+    if _FAST is not None and type(kinds) is list and type(xs) is list:
+        got = _FAST.replay(evb, addrs, sizes, kinds, xs, refs, _FAST_CONSTS)
+        if got is not None:
+            return _replayed(got, kinds, xs, refs, lives)
     n_alloc = evb.count(_ALLOC)
     n_block = list(compress(kinds, map(_ALLOC.__eq__, evb))).count(KIND_BLOCK)
     for lv, cap in zip(lives, (n_alloc - n_block, n_block)):
@@ -903,72 +913,55 @@ def _replay_lives(ev: array[int], addrs: Sequence[int], sizes: Sequence[int], ki
     upgraded: tuple[dict[int, int], dict[int, int]] = ({}, {})
     merged: list[int] = []  # ranks of alloc records merged into a live allocation (no life)
     unmatched = 0
-    if _FAST is not None and type(kinds) is list and type(xs) is list:
-        c0, c1, unmatched, pairs = _FAST.replay(
-            evb, addrs, sizes, kinds, xs, refs,
-            tuple((lv.r0, lv.r1, lv.free, lv.done) for lv in lives), _FAST_CONSTS)
-        count = [c0, c1]
-        for level, old, rank in pairs:  # what the loop below does at a merge, in the same order
-            o = r0s[level][old]
-            src = xs[rank]
-            extra = lives[level].extra
-            also, dups = extra.get(old, ((), ()))
-            if src and src != xs[o] and src not in also:
-                also = (*also, src)
-            extra[old] = (also, (*dups, refs[rank]))
-            if kinds[rank] == KIND_SEGMENT:
-                upgraded[level][old] = 1
-            merged.append(rank)
-    else:
-        mask = bytes(map(_ALLOC_OR_FREE.__contains__, evb))
-        rows = zip(*(compress(col, mask) for col in (range(n), evb, addrs, kinds)))
-        for rank, e, addr, k in rows:
-            if e == _ALLOC:
-                level = 1 if k == KIND_BLOCK else 0
-                old = live[level].get(addr)
-                if old is not None:
-                    o = r0s[level][old]
-                    if sizes[o] == sizes[rank]:
-                        # The same allocation seen by two sources (CUPTI and a framework hook).
-                        src = xs[rank]
-                        extra = lives[level].extra
-                        also, dups = extra.get(old, ((), ()))
-                        if src and src != xs[o] and src not in also:
-                            also = (*also, src)
-                        extra[old] = (also, (*dups, refs[rank]))
-                        if k == KIND_SEGMENT:
-                            upgraded[level][old] = 1
-                        merged.append(rank)
-                        continue
-                    # A new allocation where one is still live: its free was never recorded.
-                    r1s[level][old] = rank
-                    frees[level][old] = _FREED_IMPLIED
-                    closed[level][addr] = old
-                i = count[level]
-                count[level] = i + 1
-                live[level][addr] = i
-                r0s[level][i] = rank
-                continue
-            levels = _BLOCKS if k == KIND_BLOCK else _CONTAINERS if k in (KIND_DEVICE, KIND_SEGMENT) else _EITHER
+    mask = bytes(map(_ALLOC_OR_FREE.__contains__, evb))
+    rows = zip(*(compress(col, mask) for col in (range(n), evb, addrs, kinds)))
+    for rank, e, addr, k in rows:
+        if e == _ALLOC:
+            level = 1 if k == KIND_BLOCK else 0
+            old = live[level].get(addr)
+            if old is not None:
+                o = r0s[level][old]
+                if sizes[o] == sizes[rank]:
+                    # The same allocation seen by two sources (CUPTI and a framework hook).
+                    src = xs[rank]
+                    extra = lives[level].extra
+                    also, dups = extra.get(old, ((), ()))
+                    if src and src != xs[o] and src not in also:
+                        also = (*also, src)
+                    extra[old] = (also, (*dups, refs[rank]))
+                    if k == KIND_SEGMENT:
+                        upgraded[level][old] = 1
+                    merged.append(rank)
+                    continue
+                # A new allocation where one is still live: its free was never recorded.
+                r1s[level][old] = rank
+                frees[level][old] = _FREED_IMPLIED
+                closed[level][addr] = old
+            i = count[level]
+            count[level] = i + 1
+            live[level][addr] = i
+            r0s[level][i] = rank
+            continue
+        levels = _BLOCKS if k == KIND_BLOCK else _CONTAINERS if k in (KIND_DEVICE, KIND_SEGMENT) else _EITHER
+        for level in levels:
+            life = live[level].pop(addr, None)
+            if life is not None:
+                r1s[level][life] = rank
+                frees[level][life] = refs[rank]
+                phase = xs[rank]
+                if phase is None or phase == PHASE_COMPLETED:
+                    dones[level][life] = rank
+                closed[level][addr] = life
+                break
+        else:
+            # Deferred driver free after the program's own free: annotate, don't double count.
             for level in levels:
-                life = live[level].pop(addr, None)
-                if life is not None:
-                    r1s[level][life] = rank
-                    frees[level][life] = refs[rank]
-                    phase = xs[rank]
-                    if phase is None or phase == PHASE_COMPLETED:
-                        dones[level][life] = rank
-                    closed[level][addr] = life
+                life = closed[level].get(addr)
+                if life is not None and dones[level][life] < 0:
+                    dones[level][life] = rank
                     break
             else:
-                # Deferred driver free after the program's own free: annotate, don't double count.
-                for level in levels:
-                    life = closed[level].get(addr)
-                    if life is not None and dones[level][life] < 0:
-                        dones[level][life] = rank
-                        break
-                else:
-                    unmatched += 1
+                unmatched += 1
     # Which records began a life, per level: lives began in rank order, so a life's columns are
     # those records' columns, taken whole (compress) rather than one life at a time.
     is_alloc = bytes(map(_ALLOC.__eq__, evb))
@@ -985,6 +978,32 @@ def _replay_lives(ev: array[int], addrs: Sequence[int], sizes: Sequence[int], ki
         lv.kind = array("b", map(_KIND_CODE.__getitem__, compress(kinds, lv.began)))
         for life in upgraded[level]:
             lv.kind[life] = 1
+    return unmatched
+
+
+def _replayed(got: tuple[Any, ...], kinds: Sequence[Any], xs: Sequence[Any], refs: Sequence[int],
+              lives: tuple[_LevelLives, _LevelLives]) -> int:
+    """The compiled replay's lives into ``lives`` (the loop of :func:`_replay_lives`, done in C);
+    the merges of one allocation seen by two sources are applied here, in the loop's order."""
+    unmatched, pairs, *levels = got
+    for lv, (r0, r1, free, done, ref, kind, began) in zip(lives, levels):
+        for name, data in (("r0", r0), ("r1", r1), ("free", free), ("done", done), ("ref", ref)):
+            col = array("q")
+            col.frombytes(data)
+            setattr(lv, name, col)
+        lv.kind = array("b")
+        lv.kind.frombytes(kind)
+        lv.began = began
+    for level, old, rank in pairs:
+        lv = lives[level]
+        o = lv.r0[old]
+        src = xs[rank]
+        also, dups = lv.extra.get(old, ((), ()))
+        if src and src != xs[o] and src not in also:
+            also = (*also, src)
+        lv.extra[old] = (also, (*dups, refs[rank]))
+        if kinds[rank] == KIND_SEGMENT:
+            lv.kind[old] = 1
     return unmatched
 
 
