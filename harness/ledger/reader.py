@@ -1004,7 +1004,7 @@ def _replayed(got: tuple[Any, ...], kinds: Sequence[Any], xs: Sequence[Any], ref
         lv.extra[old] = (also, (*dups, refs[rank]))
         if kinds[rank] == KIND_SEGMENT:
             lv.kind[old] = 1
-    return unmatched
+    return int(unmatched)
 
 
 _BLOCKS, _CONTAINERS, _EITHER = (1,), (0,), (0, 1)
