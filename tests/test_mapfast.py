@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import golden_mapper as golden
-from faulthunt.ledger import reader
+from faulthunt.ledger import index, reader
 from faulthunt.ledger.reader import Ledger, build_ledger, load_ledger
 from faulthunt.mapper import map_address, map_run
 
@@ -41,18 +41,34 @@ def summary(ledger: Ledger) -> str:
                list(pl.guard._refs), list(pl.launches._refs)]
         for level in (pl.containers, pl.blocks):
             ix, lv = level.index, level.lives
-            row += [list(ix.addr), list(ix.end), list(ix.r0), list(ix.r1), list(ix.lives), list(lv.free),
-                    list(lv.done), list(lv.ref), list(lv.kind), dict(lv.extra)]
+            row += [ix.addr, ix.end, ix.r0, ix.r1, ix.lives, ix.glo, ix.starts, lv.free, lv.done, lv.ref,
+                    lv.kind, dict(lv.extra), [t.levels for t in (ix.end_tree, ix.r0_tree, ix.r1_tree)]]
         out.append(row)
     return repr(out)
 
 
-def both(monkeypatch: pytest.MonkeyPatch, load: Any) -> tuple[Any, Any]:
-    fast = load()
+def pure_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine that built no extension."""
     monkeypatch.setattr(reader, "_FAST", None)
+    monkeypatch.setattr(index, "_FAST", None)
+
+
+def both(monkeypatch: pytest.MonkeyPatch, load: Any) -> tuple[Any, Any]:
+    """(compiled, pure) loads; the trees are built now, by the route that loaded."""
+    fast = load()
+    _trees(fast)
+    pure_route(monkeypatch)
     pure = load()
+    _trees(pure)
     monkeypatch.setattr(reader, "_FAST", FAST)
+    monkeypatch.setattr(index, "_FAST", FAST)
     return fast, pure
+
+
+def _trees(ledger: Ledger) -> None:
+    for pl in ledger.pids.values():
+        for level in (pl.containers, pl.blocks):
+            level.index.build()
 
 
 def verdicts(ledger: Ledger, addresses: list[tuple[int | None, int]]) -> list[Any]:
@@ -201,7 +217,7 @@ def test_records_given_in_memory_replay_the_same(monkeypatch):
 
 
 def test_golden_answers_on_the_pure_route(tmp_path, monkeypatch):
-    monkeypatch.setattr(reader, "_FAST", None)
+    pure_route(monkeypatch)
     want = json.loads(golden.GOLDEN.read_text())
     got = golden.answers(load_ledger, map_address, map_run, tmp_path)
     for rel, w in want["ledgers"].items():

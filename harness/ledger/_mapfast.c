@@ -443,8 +443,9 @@ static int get_buf(PyObject *o, Py_buffer *b, Py_ssize_t item, Py_ssize_t n) {
 typedef struct {
     Py_ssize_t cap, count;
     int64_t *r0, *r1, *fr, *dn, *ref;
+    uint64_t *addr, *end;
     char *kind;
-    PyObject *r0b, *r1b, *frb, *dnb, *refb, *kindb, *began;
+    PyObject *r0b, *r1b, *frb, *dnb, *refb, *kindb, *began, *addrb, *endb;
 } Lives;
 
 static int lives_init(Lives *l, Py_ssize_t cap, Py_ssize_t n) {
@@ -457,7 +458,12 @@ static int lives_init(Lives *l, Py_ssize_t cap, Py_ssize_t n) {
     l->refb = PyBytes_FromStringAndSize(NULL, cap * 8);
     l->kindb = PyBytes_FromStringAndSize(NULL, cap);
     l->began = PyByteArray_FromStringAndSize(NULL, n);
-    if (!l->r0b || !l->r1b || !l->frb || !l->dnb || !l->refb || !l->kindb || !l->began) return 0;
+    l->addrb = PyBytes_FromStringAndSize(NULL, cap * 8);
+    l->endb = PyBytes_FromStringAndSize(NULL, cap * 8);
+    if (!l->r0b || !l->r1b || !l->frb || !l->dnb || !l->refb || !l->kindb || !l->began || !l->addrb || !l->endb)
+        return 0;
+    l->addr = (uint64_t *)PyBytes_AS_STRING(l->addrb);
+    l->end = (uint64_t *)PyBytes_AS_STRING(l->endb);
     l->r0 = (int64_t *)PyBytes_AS_STRING(l->r0b);
     l->r1 = (int64_t *)PyBytes_AS_STRING(l->r1b);
     l->fr = (int64_t *)PyBytes_AS_STRING(l->frb);
@@ -471,17 +477,18 @@ static int lives_init(Lives *l, Py_ssize_t cap, Py_ssize_t n) {
 
 static void lives_clear(Lives *l) {
     Py_CLEAR(l->r0b); Py_CLEAR(l->r1b); Py_CLEAR(l->frb); Py_CLEAR(l->dnb); Py_CLEAR(l->refb);
-    Py_CLEAR(l->kindb); Py_CLEAR(l->began);
+    Py_CLEAR(l->kindb); Py_CLEAR(l->began); Py_CLEAR(l->addrb); Py_CLEAR(l->endb);
 }
 
-/* (r0, r1, free, done, ref, kind, began), each cut to the lives made; a new reference */
+/* (r0, r1, free, done, ref, kind, began, address, end), cut to the lives made; a new reference */
 static PyObject *lives_tuple(Lives *l) {
     Py_ssize_t m = l->count;
     if (_PyBytes_Resize(&l->r0b, m * 8) < 0 || _PyBytes_Resize(&l->r1b, m * 8) < 0 ||
         _PyBytes_Resize(&l->frb, m * 8) < 0 || _PyBytes_Resize(&l->dnb, m * 8) < 0 ||
-        _PyBytes_Resize(&l->refb, m * 8) < 0 || _PyBytes_Resize(&l->kindb, m) < 0)
+        _PyBytes_Resize(&l->refb, m * 8) < 0 || _PyBytes_Resize(&l->kindb, m) < 0 ||
+        _PyBytes_Resize(&l->addrb, m * 8) < 0 || _PyBytes_Resize(&l->endb, m * 8) < 0)
         return NULL;
-    return PyTuple_Pack(7, l->r0b, l->r1b, l->frb, l->dnb, l->refb, l->kindb, l->began);
+    return PyTuple_Pack(9, l->r0b, l->r1b, l->frb, l->dnb, l->refb, l->kindb, l->began, l->addrb, l->endb);
 }
 
 /*
@@ -558,6 +565,8 @@ static PyObject *replay(PyObject *self, PyObject *args) {
             live[lv].used[at] = 1; live[lv].key[at] = a; live[lv].val[at] = life;
             L->r0[life] = rank;
             L->ref[life] = refs[rank];
+            L->addr[life] = a;
+            L->end[life] = a + sizes[rank];  /* below 2**64: the reader skips any line beyond */
             L->kind[life] = (char)(kc == 3 ? 0 : kc);
             PyByteArray_AS_STRING(L->began)[rank] = 1;
             continue;
@@ -612,7 +621,149 @@ fail:
     return result;
 }
 
+/* ---- the index's columns ------------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t key;
+    int64_t i;
+} Keyed;
+
+static int by_key(const void *a, const void *b) {
+    const Keyed *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;  /* stable: equal starts keep their order */
+}
+
+static int buf8(PyObject *o, Py_buffer *b, Py_ssize_t n) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (b->itemsize != 8 || b->len != 8 * n) { PyBuffer_Release(b); b->obj = NULL; return 0; }
+    return 1;
+}
+
+/*
+ * index_columns(addr: array Q, end: array Q, r0: array q, r1: array q, narrow: bool)
+ * -> (addr, end, r0, r1, lives, glo, starts) as bytes, or None (columns not of 8-byte items).
+ * Lives sorted by start, stably (lives: their numbers, the order); r0/r1 as 4-byte items when
+ * narrow; glo: the first index of each distinct start, then n; starts: those starts.
+ */
+static PyObject *index_columns(PyObject *self, PyObject *args) {
+    PyObject *ao, *eo, *r0o, *r1o;
+    int narrow;
+    if (!PyArg_ParseTuple(args, "OOOOp", &ao, &eo, &r0o, &r1o, &narrow)) return NULL;
+    Py_buffer b[4] = {{0}};
+    PyObject *in[4] = {ao, eo, r0o, r1o}, *out[7] = {0}, *result = NULL;
+    Keyed *keyed = NULL;
+    Py_ssize_t n = PyObject_Length(ao);
+    int declined = 0;
+    if (n < 0) return NULL;
+    for (int k = 0; k < 4; k++) {
+        int r = buf8(in[k], &b[k], n);
+        if (r < 0) goto done;
+        if (r == 0) { declined = 1; goto done; }
+    }
+    const uint64_t *addr = b[0].buf, *end = b[1].buf;
+    const int64_t *r0 = b[2].buf, *r1 = b[3].buf;
+    keyed = PyMem_Malloc((n ? n : 1) * sizeof *keyed);
+    if (!keyed) { PyErr_NoMemory(); goto done; }
+    int sorted = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        keyed[i].key = addr[i];
+        keyed[i].i = i;
+        if (i && addr[i] < addr[i - 1]) sorted = 0;
+    }
+    if (!sorted) qsort(keyed, n, sizeof *keyed, by_key);
+    Py_ssize_t rs = narrow ? 4 : 8, groups = 0;
+    for (Py_ssize_t i = 0; i < n; i++) groups += !i || keyed[i].key != keyed[i - 1].key;
+    Py_ssize_t sizes[7] = {8 * n, 8 * n, rs * n, rs * n, 8 * n, 8 * (groups + 1), 8 * groups};
+    for (int k = 0; k < 7; k++)
+        if (!(out[k] = PyBytes_FromStringAndSize(NULL, sizes[k]))) goto done;
+    uint64_t *oa = (uint64_t *)PyBytes_AS_STRING(out[0]), *oe = (uint64_t *)PyBytes_AS_STRING(out[1]);
+    char *or0 = PyBytes_AS_STRING(out[2]), *or1 = PyBytes_AS_STRING(out[3]);
+    int64_t *ol = (int64_t *)PyBytes_AS_STRING(out[4]), *glo = (int64_t *)PyBytes_AS_STRING(out[5]);
+    uint64_t *starts = (uint64_t *)PyBytes_AS_STRING(out[6]);
+    Py_ssize_t g = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t j = keyed[i].i;
+        oa[i] = addr[j];
+        oe[i] = end[j];
+        ol[i] = j;
+        if (narrow) {
+            ((int32_t *)or0)[i] = (int32_t)r0[j];
+            ((int32_t *)or1)[i] = (int32_t)r1[j];
+        } else {
+            ((int64_t *)or0)[i] = r0[j];
+            ((int64_t *)or1)[i] = r1[j];
+        }
+        if (!i || keyed[i].key != keyed[i - 1].key) { glo[g] = i; starts[g++] = keyed[i].key; }
+    }
+    glo[g] = n;
+    result = PyTuple_New(7);
+    if (result)
+        for (int k = 0; k < 7; k++) { PyTuple_SET_ITEM(result, k, out[k]); out[k] = NULL; }
+done:
+    for (int k = 0; k < 7; k++) Py_XDECREF(out[k]);
+    for (int k = 0; k < 4; k++) if (b[k].obj) PyBuffer_Release(&b[k]);
+    PyMem_Free(keyed);
+    if (declined) Py_RETURN_NONE;
+    return result;
+}
+
+/* nondecreasing(array d or Q): are the values in order (each <= the next)? */
+static PyObject *nondecreasing(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    int ok = 1;
+    Py_ssize_t n = b.itemsize ? b.len / b.itemsize : 0;
+    if (b.format && strcmp(b.format, "d") == 0) {
+        const double *d = b.buf;
+        for (Py_ssize_t i = 1; i < n && ok; i++) ok = d[i - 1] <= d[i];
+    } else if (b.format && b.itemsize == 8 && (strcmp(b.format, "Q") == 0 || strcmp(b.format, "L") == 0)) {
+        const uint64_t *q = b.buf;
+        for (Py_ssize_t i = 1; i < n && ok; i++) ok = q[i - 1] <= q[i];
+    } else {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_TypeError, "nondecreasing: an array of d or Q");
+        return NULL;
+    }
+    PyBuffer_Release(&b);
+    return PyBool_FromLong(ok);
+}
+
+/* pairwise(array, want_max): the next level up of a min or max tree (array of Q, q, or i;
+ * even length), as bytes of the same item size */
+static PyObject *pairwise(PyObject *self, PyObject *args) {
+    PyObject *o;
+    int want_max;
+    if (!PyArg_ParseTuple(args, "Op", &o, &want_max)) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(o, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    char f = b.format && b.format[0] && !b.format[1] ? b.format[0] : 0;
+    Py_ssize_t n = b.itemsize ? b.len / b.itemsize : 0;
+    if (!((f == 'Q' || f == 'L' || f == 'q' || f == 'l') && b.itemsize == 8) && !(f == 'i' && b.itemsize == 4)) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_TypeError, "pairwise: an array of Q, q or i");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (n / 2) * b.itemsize);
+    if (!out) { PyBuffer_Release(&b); return NULL; }
+#define PAIRS(T) do { \
+        const T *x = b.buf; T *y = (T *)PyBytes_AS_STRING(out); \
+        for (Py_ssize_t i = 0; i < n / 2; i++) { \
+            T l = x[2 * i], r = x[2 * i + 1]; \
+            y[i] = want_max ? (r > l ? r : l) : (r < l ? r : l); \
+        } } while (0)
+    if (f == 'Q' || f == 'L') PAIRS(uint64_t);
+    else if (f == 'q' || f == 'l') PAIRS(int64_t);
+    else PAIRS(int32_t);
+#undef PAIRS
+    PyBuffer_Release(&b);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"pairwise", pairwise, METH_VARARGS, "one level up of a min or max tree"},
+    {"index_columns", index_columns, METH_VARARGS, "lives -> the index's sorted columns (see _mapfast.c)"},
+    {"nondecreasing", nondecreasing, METH_O, "is an array of d or Q in order?"},
     {"scan", scan, METH_VARARGS, "ledger lines -> the replay's columns, or None (see _mapfast.c)"},
     {"replay", replay, METH_VARARGS, "alloc/free records in time order -> lives (see _mapfast.c)"},
     {NULL, NULL, 0, NULL},

@@ -596,7 +596,7 @@ class _LevelLives:
     by a new allocation at its address); ``done``: rank of the free that completed it (-1 none).
     """
 
-    __slots__ = ("r0", "r1", "free", "done", "ref", "kind", "extra", "began")
+    __slots__ = ("r0", "r1", "free", "done", "ref", "kind", "extra", "began", "span")
 
     def __init__(self) -> None:
         self.r0 = array("q")
@@ -609,6 +609,8 @@ class _LevelLives:
         self.extra: dict[int, tuple[tuple[Any, ...], tuple[int, ...]]] = {}
         #: while loading: 1 for each record (by rank) that began a life of this level
         self.began = bytearray()
+        #: while loading: the lives' (start, end) columns when the compiled replay made them
+        self.span: tuple[array[int], array[int]] | None = None
 
 
 class Life:
@@ -833,7 +835,7 @@ class Ledger:
 def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
     n = len(cols.t)
     ts = cols.t
-    if all(map(float.__le__, ts, islice(ts, 1, None))):
+    if _in_order(ts):
         times, ev, addr, size, kind, x, ref = ts, cols.ev, cols.addr, cols.size, cols.kind, cols.x, cols.ref
     else:  # CUPTI's activity records arrive after the launches they precede
         order = sorted(range(n), key=ts.__getitem__)  # stable: equal times keep file order
@@ -849,24 +851,38 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
     unmatched = _replay_lives(ev, addr, size, kind, x, ref, lives)
     levels = []
     for which, lv in enumerate(lives):
-        a = array("Q", compress(addr, lv.began))
-        e = array("Q", map(add, a, compress(size, lv.began)))
-        lv.began = bytearray()
+        if lv.span is not None:
+            a, e = lv.span
+        else:
+            a = array("Q", compress(addr, lv.began))
+            e = array("Q", map(add, a, compress(size, lv.began)))
+        lv.began, lv.span = bytearray(), None
         levels.append(Level(which, lv, a, e, times, store))
     evs = ev.tobytes()
-    at_launch = list(compress(range(n), map(_LAUNCH.__eq__, evs)))
+    at_launch = list(compress(range(n), evs.translate(_IS_LAUNCH)))
     guard_refs = array("q", map(ref.__getitem__, _guard_ranks(evs, addr, x)))
     return PidLedger(
         pid=pid, containers=levels[0], blocks=levels[1],
         launches=_LazyRecords(array("q", map(ref.__getitem__, at_launch)), store),
         launch_times=array("d", map(times.__getitem__, at_launch)),
         launch_kernels=list(map(x.__getitem__, at_launch)),
-        sync_times=array("d", compress(times, map(_SYNC.__eq__, evs))),
+        sync_times=array("d", compress(times, evs.translate(_IS_SYNC))),
         t_first=times[0] if n else 0.0, t_last=times[-1] if n else 0.0,
         mono_offset=None if cols.mono is None else cols.mono[0] - cols.mono[2],
         unmatched_frees=unmatched, records=_LazyRecords(ref, store), times=times,
         guard=_LazyRecords(guard_refs, store),
     )
+
+
+#: event code -> 1 for a launch / a sync (bytes.translate: a mask of a whole column in one call)
+_IS_LAUNCH = bytes(c == _LAUNCH for c in range(256))
+_IS_SYNC = bytes(c == _SYNC for c in range(256))
+
+
+def _in_order(ts: array[float]) -> bool:
+    if _FAST is not None:
+        return bool(_FAST.nondecreasing(ts))
+    return all(map(float.__le__, ts, islice(ts, 1, None)))
 
 
 def _guard_ranks(evb: bytes, addrs: Sequence[int], xs: Sequence[Any]) -> list[int]:
@@ -986,7 +1002,7 @@ def _replayed(got: tuple[Any, ...], kinds: Sequence[Any], xs: Sequence[Any], ref
     """The compiled replay's lives into ``lives`` (the loop of :func:`_replay_lives`, done in C);
     the merges of one allocation seen by two sources are applied here, in the loop's order."""
     unmatched, pairs, *levels = got
-    for lv, (r0, r1, free, done, ref, kind, began) in zip(lives, levels):
+    for lv, (r0, r1, free, done, ref, kind, began, starts, ends) in zip(lives, levels):
         for name, data in (("r0", r0), ("r1", r1), ("free", free), ("done", done), ("ref", ref)):
             col = array("q")
             col.frombytes(data)
@@ -994,6 +1010,9 @@ def _replayed(got: tuple[Any, ...], kinds: Sequence[Any], xs: Sequence[Any], ref
         lv.kind = array("b")
         lv.kind.frombytes(kind)
         lv.began = began
+        lv.span = (array("Q"), array("Q"))
+        lv.span[0].frombytes(starts)
+        lv.span[1].frombytes(ends)
     for level, old, rank in pairs:
         lv = lives[level]
         o = lv.r0[old]
