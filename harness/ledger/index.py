@@ -170,7 +170,7 @@ def _pair_last(t0: Tree, t1: Tree, hi: int, ok0: Callable[[int], bool], ok1: Cal
         i -= 1
 
 
-def _array(code: str, data: bytes) -> array[Any]:
+def _array(code: str, data: bytes) -> array[int]:
     out = array(code)
     out.frombytes(data)
     return out
