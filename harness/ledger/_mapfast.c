@@ -24,6 +24,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* event codes: reader._ALLOC, _FREE, _LAUNCH, _SYNC, _OTHER */
 enum { EV_ALLOC = 0, EV_FREE = 1, EV_LAUNCH = 2, EV_SYNC = 3, EV_OTHER = 4 };
@@ -53,7 +56,22 @@ static unsigned char STOP[256];
 /* a string without escapes, control characters or non-ASCII bytes; returns past its quote */
 static const unsigned char *str(const unsigned char *p, const unsigned char *end, Val *v) {
     const unsigned char *s = ++p;
+#ifdef __SSE2__
+    /* 16 bytes at a time: a quote, a backslash, or (signed) below 0x20, i.e. control or non-ASCII */
+    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'), low = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)p);
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, slash)),
+                                   _mm_cmplt_epi8(x, low));
+        int m = _mm_movemask_epi8(hit);
+        if (m) { p += __builtin_ctz(m); goto stopped; }
+        p += 16;
+    }
+#endif
     while (p < end && !STOP[*p]) p++;
+#ifdef __SSE2__
+stopped:
+#endif
     if (p >= end || *p != '"') return NULL;
     if (v) { v->p = s; v->n = p - s; v->type = V_STR; }
     return p + 1;
@@ -131,9 +149,13 @@ static const unsigned char *value(const unsigned char *p, const unsigned char *e
     }
 }
 
+static Py_ssize_t KEY_LEN[NKEYS];
+
 static int key_of(const unsigned char *p, Py_ssize_t n) {
+    if (n > 7) return -1;  /* every key read is shorter */
     for (int k = 0; k < NKEYS; k++)
-        if ((size_t)n == strlen(KEY_NAMES[k]) && memcmp(p, KEY_NAMES[k], n) == 0) return k;
+        if (n == KEY_LEN[k] && p[0] == (unsigned char)KEY_NAMES[k][0] && memcmp(p, KEY_NAMES[k], n) == 0)
+            return k;
     return -1;
 }
 
@@ -201,9 +223,8 @@ static int to_i64(const Val *v, int64_t *out) {
     return 1;
 }
 
-static int is(const Val *v, const char *w) {
-    return v->type == V_STR && (size_t)v->n == strlen(w) && memcmp(v->p, w, v->n) == 0;
-}
+/* is v the string literal w? */
+#define is(v, w) ((v)->type == V_STR && (v)->n == (Py_ssize_t)sizeof(w) - 1 && memcmp((v)->p, w, sizeof(w) - 1) == 0)
 
 /* strings seen in this call, to hand out one object per distinct text */
 #define CACHE 64
@@ -772,6 +793,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_mapfast", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__mapfast(void) {
+    for (int k = 0; k < NKEYS; k++) KEY_LEN[k] = (Py_ssize_t)strlen(KEY_NAMES[k]);
     for (int c = 0; c < 256; c++) STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
     return PyModule_Create(&module);
 }
