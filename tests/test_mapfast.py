@@ -12,6 +12,7 @@ pure route here (the rest of the suite runs with the compiled part when it is bu
 from __future__ import annotations
 
 import json
+from array import array
 import random
 import sys
 from pathlib import Path
@@ -224,3 +225,27 @@ def test_golden_answers_on_the_pure_route(tmp_path, monkeypatch):
         g = got["ledgers"][rel]
         assert (g["records"], g["skipped"], g["answers"]) == (w["records"], w["skipped"], w["answers"]), rel
     assert got["runs"] == want["runs"]
+
+
+@needs_fast
+def test_line_finding_and_newline_marks_match_python():
+    rng = random.Random(1)
+    for _ in range(3000):
+        data = bytes(rng.choice(b"ab\n") for _ in range(rng.randrange(0, 60)))
+        at, step = rng.randrange(0, 50), rng.choice((1, 3, 7, 16))
+        mark = (at + step - 1) // step * step
+        seen = rng.randrange(5)
+        got, after = FAST.newlines(data, at, step, mark, seen)
+        want, n, last = [], seen, 0
+        while mark < at + len(data):  # reader._read_file's pure route
+            n += data.count(b"\n", last, mark - at)
+            last = mark - at
+            want.append(n)
+            mark += step
+        n += data.count(b"\n", last)
+        marks = array("q")
+        marks.frombytes(got)
+        assert (list(marks), after) == (want, n)
+        skip = rng.randrange(0, 5)
+        parts = data.split(b"\n")
+        assert FAST.nth_line(data, skip) == (parts[skip] if len(parts) > skip + 1 else None)

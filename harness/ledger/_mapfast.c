@@ -781,7 +781,57 @@ static PyObject *pairwise(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---- the record store --------------------------------------------------------------------- */
+
+/* nth_line(data, skip): the line after `skip` newlines, without its newline, or None when data
+ * does not hold all of it (the caller reads on) */
+static PyObject *nth_line(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t skip;
+    if (!PyArg_ParseTuple(args, "y*n", &b, &skip)) return NULL;
+    const char *p = b.buf, *end = p + b.len;
+    for (Py_ssize_t k = 0; k < skip && p; k++) {
+        p = memchr(p, '\n', end - p);
+        if (p) p++;
+    }
+    const char *nl = p ? memchr(p, '\n', end - p) : NULL;
+    PyObject *out = nl ? PyBytes_FromStringAndSize(p, nl - p) : Py_NewRef(Py_None);
+    PyBuffer_Release(&b);
+    return out;
+}
+
+/* newlines(data, at, step, next_mark, seen) -> (marks as bytes of int64, seen): the running
+ * count of newlines (from `seen`) before every mark (multiples of `step` from next_mark, file
+ * offsets, `at` the offset of data's first byte) inside data, and after all of data */
+static PyObject *newlines(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    long long at, step, mark, seen;
+    if (!PyArg_ParseTuple(args, "y*LLLL", &b, &at, &step, &mark, &seen)) return NULL;
+    if (step <= 0 || mark < at) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "newlines: bad marks");
+        return NULL;
+    }
+    long long stop = at + b.len, count = mark < stop ? (stop - mark + step - 1) / step : 0;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * 8);
+    if (!out) { PyBuffer_Release(&b); return NULL; }
+    int64_t *marks = (int64_t *)PyBytes_AS_STRING(out);
+    const char *p = b.buf, *end = p + b.len;
+    long long k = 0;
+    for (const char *q = p;; q++) {
+        q = memchr(q, '\n', end - q);
+        long long off = q ? at + (q - p) : stop;  /* the next newline's file offset */
+        while (k < count && mark + k * step <= off) marks[k++] = seen;  /* marks at or before it */
+        if (!q) break;
+        seen++;
+    }
+    PyBuffer_Release(&b);
+    return Py_BuildValue("(NL)", out, seen);
+}
+
 static PyMethodDef methods[] = {
+    {"nth_line", nth_line, METH_VARARGS, "the line after so many newlines, or None"},
+    {"newlines", newlines, METH_VARARGS, "newline counts at marks (the record store's)"},
     {"pairwise", pairwise, METH_VARARGS, "one level up of a min or max tree"},
     {"index_columns", index_columns, METH_VARARGS, "lives -> the index's sorted columns (see _mapfast.c)"},
     {"nondecreasing", nondecreasing, METH_O, "is an array of d or Q in order?"},
