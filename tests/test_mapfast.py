@@ -6,14 +6,17 @@ same ledger: columns, lives, merges, counts, problems, and every verdict. The sc
 chunk only when all its lines are in the shape it checks strictly; tricky lines (escapes,
 non-ASCII, duplicate keys, numbers at the edges, two objects on a line) must leave the chunk to
 msgspec, so they are mixed into ledgers and compared too. The golden answers are checked on the
-pure route here (the rest of the suite runs with the compiled part when it is built).
+pure route here (the rest of the suite runs with the compiled part when it is built; with
+``FAULTHUNT_MAP_PURE=1`` the whole suite runs without it).
 """
 
 from __future__ import annotations
 
 import json
 from array import array
+import os
 import random
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -249,3 +252,10 @@ def test_line_finding_and_newline_marks_match_python():
         skip = rng.randrange(0, 5)
         parts = data.split(b"\n")
         assert FAST.nth_line(data, skip) == (parts[skip] if len(parts) > skip + 1 else None)
+
+
+def test_the_environment_forces_the_pure_route():
+    code = "from faulthunt.ledger import index, reader; print(reader._FAST is None and index._FAST is None)"
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, index.PURE_ENV: "1"})
+    assert got.stdout.strip() == "True"

@@ -466,50 +466,39 @@ typedef struct {
     int64_t *r0, *r1, *fr, *dn, *ref;
     uint64_t *addr, *end;
     char *kind;
-    PyObject *r0b, *r1b, *frb, *dnb, *refb, *kindb, *began, *addrb, *endb;
+    PyObject *began;
 } Lives;
 
 static int lives_init(Lives *l, Py_ssize_t cap, Py_ssize_t n) {
+    size_t c = cap ? (size_t)cap : 1;
     l->cap = cap;
     l->count = 0;
-    l->r0b = PyBytes_FromStringAndSize(NULL, cap * 8);
-    l->r1b = PyBytes_FromStringAndSize(NULL, cap * 8);
-    l->frb = PyBytes_FromStringAndSize(NULL, cap * 8);
-    l->dnb = PyBytes_FromStringAndSize(NULL, cap * 8);
-    l->refb = PyBytes_FromStringAndSize(NULL, cap * 8);
-    l->kindb = PyBytes_FromStringAndSize(NULL, cap);
+    l->r0 = PyMem_Malloc(c * 8); l->r1 = PyMem_Malloc(c * 8); l->fr = PyMem_Malloc(c * 8);
+    l->dn = PyMem_Malloc(c * 8); l->ref = PyMem_Malloc(c * 8); l->addr = PyMem_Malloc(c * 8);
+    l->end = PyMem_Malloc(c * 8); l->kind = PyMem_Malloc(c);
     l->began = PyByteArray_FromStringAndSize(NULL, n);
-    l->addrb = PyBytes_FromStringAndSize(NULL, cap * 8);
-    l->endb = PyBytes_FromStringAndSize(NULL, cap * 8);
-    if (!l->r0b || !l->r1b || !l->frb || !l->dnb || !l->refb || !l->kindb || !l->began || !l->addrb || !l->endb)
+    if (!l->r0 || !l->r1 || !l->fr || !l->dn || !l->ref || !l->addr || !l->end || !l->kind) {
+        PyErr_NoMemory();
         return 0;
-    l->addr = (uint64_t *)PyBytes_AS_STRING(l->addrb);
-    l->end = (uint64_t *)PyBytes_AS_STRING(l->endb);
-    l->r0 = (int64_t *)PyBytes_AS_STRING(l->r0b);
-    l->r1 = (int64_t *)PyBytes_AS_STRING(l->r1b);
-    l->fr = (int64_t *)PyBytes_AS_STRING(l->frb);
-    l->dn = (int64_t *)PyBytes_AS_STRING(l->dnb);
-    l->ref = (int64_t *)PyBytes_AS_STRING(l->refb);
-    l->kind = PyBytes_AS_STRING(l->kindb);
+    }
+    if (!l->began) return 0;
     memset(PyByteArray_AS_STRING(l->began), 0, n);
     for (Py_ssize_t i = 0; i < cap; i++) { l->r1[i] = n; l->fr[i] = -1; l->dn[i] = -1; }
     return 1;
 }
 
 static void lives_clear(Lives *l) {
-    Py_CLEAR(l->r0b); Py_CLEAR(l->r1b); Py_CLEAR(l->frb); Py_CLEAR(l->dnb); Py_CLEAR(l->refb);
-    Py_CLEAR(l->kindb); Py_CLEAR(l->began); Py_CLEAR(l->addrb); Py_CLEAR(l->endb);
+    PyMem_Free(l->r0); PyMem_Free(l->r1); PyMem_Free(l->fr); PyMem_Free(l->dn); PyMem_Free(l->ref);
+    PyMem_Free(l->addr); PyMem_Free(l->end); PyMem_Free(l->kind);
+    Py_CLEAR(l->began);
 }
 
 /* (r0, r1, free, done, ref, kind, began, address, end), cut to the lives made; a new reference */
 static PyObject *lives_tuple(Lives *l) {
     Py_ssize_t m = l->count;
-    if (_PyBytes_Resize(&l->r0b, m * 8) < 0 || _PyBytes_Resize(&l->r1b, m * 8) < 0 ||
-        _PyBytes_Resize(&l->frb, m * 8) < 0 || _PyBytes_Resize(&l->dnb, m * 8) < 0 ||
-        _PyBytes_Resize(&l->refb, m * 8) < 0 || _PyBytes_Resize(&l->kindb, m) < 0 ||
-        _PyBytes_Resize(&l->addrb, m * 8) < 0 || _PyBytes_Resize(&l->endb, m * 8) < 0)
-        return NULL;
-    return PyTuple_Pack(9, l->r0b, l->r1b, l->frb, l->dnb, l->refb, l->kindb, l->began, l->addrb, l->endb);
+    return Py_BuildValue("(y#y#y#y#y#y#Oy#y#)", (char *)l->r0, m * 8, (char *)l->r1, m * 8,
+                         (char *)l->fr, m * 8, (char *)l->dn, m * 8, (char *)l->ref, m * 8, l->kind, m,
+                         l->began, (char *)l->addr, m * 8, (char *)l->end, m * 8);
 }
 
 /*

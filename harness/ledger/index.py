@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import importlib
+import os
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from itertools import compress, islice
@@ -34,10 +35,22 @@ from typing import Any
 #: node visits a pruned descent may spend before the exact stabbing index takes over
 DESCENT_BUDGET = 96
 
-try:  # the optional compiled part (reader.py's too): sorting and tree levels in C
-    _FAST: Any = importlib.import_module("faulthunt.ledger._mapfast")
-except ImportError:  # pragma: no cover - a machine without a compiler at install
-    _FAST = None
+#: environment: 1 reads ledgers with the pure-Python route even where the compiled part is built
+PURE_ENV = "FAULTHUNT_MAP_PURE"
+
+
+def compiled_part() -> Any:
+    """The optional compiled part of reading and indexing (``_mapfast.c``, built by setup.py),
+    or None: not built here, or :data:`PURE_ENV` set. Every use has a pure-Python route."""
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module("faulthunt.ledger._mapfast")
+    except ImportError:  # pragma: no cover - a machine without a compiler at install
+        return None
+
+
+_FAST = compiled_part()
 
 
 class Tree:

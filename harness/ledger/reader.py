@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import gc
-import importlib
 import json
 import os
 import pickle
@@ -43,7 +42,7 @@ import msgspec
 from msgspec.structs import astuple
 
 from faulthunt.errors import InputError
-from faulthunt.ledger.index import LevelIndex
+from faulthunt.ledger.index import LevelIndex, compiled_part
 from faulthunt.records.ledger import (
     EVENT_ALLOC,
     EVENT_FREE,
@@ -61,10 +60,8 @@ from faulthunt.records.ledger import (
 )
 from faulthunt.rundir import JsonlRead, RunDirError, parse_jsonl
 
-try:  # the optional compiled scanner and replay (setup.py builds it; pure Python without it)
-    _FAST: Any = importlib.import_module("faulthunt.ledger._mapfast")
-except ImportError:  # pragma: no cover - a machine without a compiler at install
-    _FAST = None
+#: the optional compiled scanner and replay (None: the pure-Python route)
+_FAST = compiled_part()
 
 #: the ``source`` of guard mode's records (faulthunt.guard.records.SOURCE; kept here so reading
 #: a ledger imports nothing of guard mode)
