@@ -259,3 +259,23 @@ def test_the_environment_forces_the_pure_route():
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, index.PURE_ENV: "1"})
     assert got.stdout.strip() == "True"
+
+
+@needs_fast
+def test_times_parse_to_the_same_float_as_msgspec():
+    rng = random.Random(7)
+    nums = ["-0", "0", "-0.0", "1764000000000040000e-9", "9007199254740993", "0.1e-400", "1e-320"]
+    for _ in range(4000):
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randrange(1, 26))).lstrip("0") or "0"
+        frac = "." + "".join(rng.choice("0123456789") for _ in range(rng.randrange(1, 20))) if rng.random() < 0.5 else ""
+        exp = f"e{rng.randrange(-40, 40)}" if rng.random() < 0.6 else ""
+        nums.append(rng.choice(("", "-")) + digits + frac + exp)
+    for num in nums:
+        line = f'{{"event":"sync","t":{num},"t_mono":{num}}}\n'.encode()
+        got = FAST.scan(line, 1, 0, None, {}, reader._FAST_CONSTS)
+        if got is None:
+            continue
+        want = reader._DECODER.decode(line[:-1])
+        t = array("d")
+        t.frombytes(got[0][1])
+        assert (repr(t[0]), repr(got[1][2])) == (repr(want.t), repr(want.t_mono)), num

@@ -190,7 +190,9 @@ static int line_object(const unsigned char *p, const unsigned char *end, Val *va
 
 static int to_double(const Val *v, double *out) {
     char buf[64];
-    if (v->type == V_INT && v->n > 18) return 0;  /* msgspec's integer route: not decided here */
+    /* an integer literal becomes msgspec's int, then a float: -0 would be +0.0, and over 18
+     * digits its integer route is not decided here */
+    if (v->type == V_INT && (v->n > 18 || v->p[0] == '-')) return 0;
     if ((v->type != V_INT && v->type != V_FLOAT) || v->n >= (Py_ssize_t)sizeof buf) return 0;
     memcpy(buf, v->p, v->n);
     buf[v->n] = 0;
