@@ -1,5 +1,6 @@
-"""Build glue for the compiled parts: the ledger's native recording library, the kernel-log line
-finder, the sanitizer parse loop and its record JSON writer.
+"""Build glue for the compiled parts: the ledger's native recording library, the ledger
+reader's scanner (docs/mapper.md, "Speed"), the kernel-log line finder, the sanitizer parse loop
+and its record JSON writer.
 
 Everything else is in pyproject.toml. ``harness/ledger/_native.c`` includes neither Python.h nor
 CUDA headers (faulthunt loads it with ctypes), so the system C compiler alone builds it at
@@ -36,5 +37,10 @@ setup(ext_modules=[Extension(
     "faulthunt.records._record_json",
     sources=["harness/records/_record_json.c"],
     extra_compile_args=["-O2"],
+    optional=True,
+), Extension(
+    "faulthunt.ledger._mapfast",
+    sources=["harness/ledger/_mapfast.c"],
+    extra_compile_args=["-O2", "-fvisibility=hidden"],
     optional=True,
 )])

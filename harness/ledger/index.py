@@ -24,6 +24,8 @@ The queries and what bounds them:
 from __future__ import annotations
 
 import bisect
+import importlib
+import os
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from itertools import compress, islice
@@ -32,6 +34,23 @@ from typing import Any
 
 #: node visits a pruned descent may spend before the exact stabbing index takes over
 DESCENT_BUDGET = 96
+
+#: environment: 1 reads ledgers with the pure-Python route even where the compiled part is built
+PURE_ENV = "FAULTHUNT_MAP_PURE"
+
+
+def compiled_part() -> Any:
+    """The optional compiled part of reading and indexing (``_mapfast.c``, built by setup.py),
+    or None: not built here, or :data:`PURE_ENV` set. Every use has a pure-Python route."""
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return None
+    try:
+        return importlib.import_module("faulthunt.ledger._mapfast")
+    except ImportError:  # pragma: no cover - a machine without a compiler at install
+        return None
+
+
+_FAST = compiled_part()
 
 
 class Tree:
@@ -52,9 +71,15 @@ class Tree:
         if size > self.n:
             leaves.extend(array(code, [pad]) * (size - self.n))
         levels = [leaves]
+        fast = _FAST is not None and op in (min, max)
         while len(levels[-1]) > 1:
             lv = levels[-1]
-            levels.append(array(code, map(op, lv[0::2], lv[1::2])))
+            if fast:
+                up = array(code)
+                up.frombytes(_FAST.pairwise(lv, op is max))
+                levels.append(up)
+            else:
+                levels.append(array(code, map(op, lv[0::2], lv[1::2])))
         self.levels = levels
 
     def first(self, lo: int, ok: Callable[[int], bool]) -> int:
@@ -158,6 +183,12 @@ def _pair_last(t0: Tree, t1: Tree, hi: int, ok0: Callable[[int], bool], ok1: Cal
         i -= 1
 
 
+def _array(code: str, data: bytes) -> array[int]:
+    out = array(code)
+    out.frombytes(data)
+    return out
+
+
 class StabbingIndex:
     """Lives as rank intervals [r0, r1) in a centred interval tree over ranks (exact, O(n) memory).
 
@@ -258,6 +289,33 @@ class LevelIndex:
     def __init__(self, addr: Sequence[int], end: Sequence[int], r0: Sequence[int],
                  r1: Sequence[int], lives: Sequence[int], limit: int) -> None:
         rank = "i" if limit < 1 << 31 else "q"  # ranks fit in 32 bits unless 2**31 records
+        if not self._fast_columns(addr, end, r0, r1, lives, rank):
+            self._columns(addr, end, r0, r1, lives, rank)
+        self.limit = limit
+        self._end_tree: Tree | None = None
+        self._r0_tree: Tree | None = None
+        self._r1_tree: Tree | None = None
+        self._stab: StabbingIndex | None = None
+        self._ends: array[int] | None = None
+        #: pruned descents that ran out of budget (tests read it: the exact index took over)
+        self.fallbacks = 0
+
+    def _fast_columns(self, addr: Sequence[int], end: Sequence[int], r0: Sequence[int], r1: Sequence[int],
+                      lives: Sequence[int], rank: str) -> bool:
+        """The columns sorted and grouped by the compiled part; False when it cannot take them
+        (not built, or columns that are not 8-byte arrays, or lives that are not 0..n-1)."""
+        if _FAST is None or not (isinstance(lives, range) and lives == range(len(addr))) \
+                or not all(isinstance(c, array) for c in (addr, end, r0, r1)):
+            return False
+        got = _FAST.index_columns(addr, end, r0, r1, rank == "i")
+        if got is None:
+            return False
+        self.addr, self.end, self.r0, self.r1, self.lives, self.glo, self.starts = (
+            _array(code, data) for code, data in zip(("Q", "Q", rank, rank, "q", "q", "Q"), got))
+        return True
+
+    def _columns(self, addr: Sequence[int], end: Sequence[int], r0: Sequence[int], r1: Sequence[int],
+                 lives: Sequence[int], rank: str) -> None:
         if all(map(le, addr, islice(addr, 1, None))):  # allocated upwards (a bump allocator)
             self.addr = array("Q", addr)
             self.end = array("Q", end)
@@ -273,20 +331,12 @@ class LevelIndex:
             self.r1 = array(rank, take(r1))
             self.lives = array("q", order if isinstance(lives, range) and lives.start == 0 and lives.step == 1
                                else take(lives))
-        self.limit = limit
         n = len(self.addr)
         a = self.addr
         firsts = [0, *compress(range(1, n), map(ne, a, islice(a, 1, None)))] if n else []
         self.glo = array("q", firsts)
         self.glo.append(n)
         self.starts = array("Q", map(a.__getitem__, firsts))
-        self._end_tree: Tree | None = None
-        self._r0_tree: Tree | None = None
-        self._r1_tree: Tree | None = None
-        self._stab: StabbingIndex | None = None
-        self._ends: array[int] | None = None
-        #: pruned descents that ran out of budget (tests read it: the exact index took over)
-        self.fallbacks = 0
 
     def __len__(self) -> int:
         return len(self.addr)

@@ -42,7 +42,7 @@ import msgspec
 from msgspec.structs import astuple
 
 from faulthunt.errors import InputError
-from faulthunt.ledger.index import LevelIndex
+from faulthunt.ledger.index import LevelIndex, compiled_part
 from faulthunt.records.ledger import (
     EVENT_ALLOC,
     EVENT_FREE,
@@ -53,11 +53,15 @@ from faulthunt.records.ledger import (
     KIND_DEVICE,
     KIND_SEGMENT,
     PHASE_COMPLETED,
+    PHASE_REQUESTED,
     Allocation,
     format_stack,
     record_problem,
 )
 from faulthunt.rundir import JsonlRead, RunDirError, parse_jsonl
+
+#: the optional compiled scanner and replay (None: the pure-Python route)
+_FAST = compiled_part()
 
 #: the ``source`` of guard mode's records (faulthunt.guard.records.SOURCE; kept here so reading
 #: a ledger imports nothing of guard mode)
@@ -149,6 +153,8 @@ _CODE_OF: dict[type, int] = {cls: cls.code for cls in _LINES}
 assert all(tuple(cls.__struct_fields__) == ("t", "pid", "t_mono", "address", "size", "kind", "x")
            for cls in _LINES)
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
+#: the objects the compiled part puts in the kind and x columns (the same ones msgspec gives)
+_FAST_CONSTS = (KIND_DEVICE, KIND_SEGMENT, KIND_BLOCK, PHASE_REQUESTED, PHASE_COMPLETED)
 _ANY = msgspec.json.Decoder()
 #: whole records kept once read back (a verdict shows the same allocations and launches again)
 CACHED_RECORDS = 16384
@@ -263,6 +269,24 @@ class _Collector:
                 cols.mono = (t, k, tm)
         self.records += len(objs)
 
+    def add_scanned(self, columns: tuple[Any, ...], mono: tuple[float, int, float] | None) -> None:
+        """One chunk as the compiled scanner gives it: one process's columns, in file order."""
+        pid, ts, evs, addrs, sizes, refs, kinds, xs = columns
+        cols = self.columns(pid)
+        first = len(cols.t)
+        cols.t.frombytes(ts)
+        cols.ev.frombytes(evs)
+        cols.ref.frombytes(refs)
+        cols.addr.frombytes(addrs)
+        cols.size.frombytes(sizes)
+        cols.kind.extend(kinds)
+        cols.x.extend(xs)
+        if mono is not None:
+            t, k, tm = mono
+            if cols.mono is None or t < cols.mono[0]:
+                cols.mono = (t, first + k, tm)
+        self.records += len(kinds)
+
     def add_text(self, line: bytes, ref: int, file_pid: int | None) -> None:
         """One line that the fast decoder did not take: :mod:`json`, then :meth:`add_dict`."""
         try:
@@ -364,14 +388,18 @@ def _read_file(path: Path, fid: int, file_pid: int | None, sink: _Collector,
             if not data:
                 break
             at, offset = offset, offset + len(data)
-            mark, last = len(marks) * MARK, 0
             before = seen
-            while mark < offset:
-                seen += data.count(b"\n", last, mark - at)
-                last = mark - at
-                marks.append(seen)
-                mark += MARK
-            seen += data.count(b"\n", last)
+            if _FAST is not None:  # the same counts in one call
+                got, seen = _FAST.newlines(data, at, MARK, len(marks) * MARK, seen)
+                marks.frombytes(got)
+            else:
+                mark, last = len(marks) * MARK, 0
+                while mark < offset:
+                    seen += data.count(b"\n", last, mark - at)
+                    last = mark - at
+                    marks.append(seen)
+                    mark += MARK
+                seen += data.count(b"\n", last)
             lines = seen - before  # newlines in data: the one count of them
             if nuls:
                 if not data.strip(b"\0"):
@@ -418,6 +446,11 @@ def _read_lines(buf: bytes | memoryview, first: int, file_pid: int | None, sink:
                 count: int) -> int:
     """``count`` complete lines (``buf`` ends with a newline; ``first``: the first one's
     reference) into ``sink``; returns the reference of the line after them."""
+    if _FAST is not None:  # the compiled scanner takes the chunk whole, or leaves it to msgspec
+        got = _FAST.scan(buf, count, first, file_pid, sink._strings, _FAST_CONSTS)
+        if got is not None:
+            sink.add_scanned(*got)
+            return first + count
     try:
         objs = _DECODER.decode_lines(buf)
     except _DECODE_ERRORS:
@@ -506,16 +539,26 @@ class RecordStore:
         m = max(0, bisect.bisect_left(marks, number) - 1)  # lines before mark m: fewer than number
         skip = number - marks[m] if number else 0
         offset = m * MARK if number else 0
-        data = b""
-        while True:
-            more = os.pread(fd, 2 * MARK, offset + len(data))
-            data += more
-            if len(more) < 2 * MARK or data.count(b"\n") > skip:
-                break
-        parts = data.split(b"\n", skip + 1)
-        if len(parts) <= skip:
-            raise OSError(f"line {number + 1} is not there any more")
-        return parts[skip]
+        data = os.pread(fd, 2 * MARK, offset)
+        if _FAST is not None:
+            got = _FAST.nth_line(data, skip)
+            if got is not None:
+                return got  # type: ignore[no-any-return]
+        pos = 0
+        for _ in range(skip + 1):  # past `skip` newlines, then to the end of the wanted line
+            nl = data.find(b"\n", pos)
+            while nl < 0:
+                more = os.pread(fd, 2 * MARK, offset + len(data))
+                if not more:  # the end of the file: the wanted line is the rest, if it began
+                    if _ < skip:
+                        raise OSError(f"line {number + 1} is not there any more")
+                    return data[pos:]
+                data += more
+                nl = data.find(b"\n", pos)
+            if _ == skip:
+                return data[pos:nl]
+            pos = nl + 1
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _read(self, fid: int, number: int) -> dict[str, Any]:
         path, file_pid, _marks = self.files[fid - 1]
@@ -558,7 +601,7 @@ class _LevelLives:
     by a new allocation at its address); ``done``: rank of the free that completed it (-1 none).
     """
 
-    __slots__ = ("r0", "r1", "free", "done", "ref", "kind", "extra", "began")
+    __slots__ = ("r0", "r1", "free", "done", "ref", "kind", "extra", "began", "span")
 
     def __init__(self) -> None:
         self.r0 = array("q")
@@ -571,6 +614,8 @@ class _LevelLives:
         self.extra: dict[int, tuple[tuple[Any, ...], tuple[int, ...]]] = {}
         #: while loading: 1 for each record (by rank) that began a life of this level
         self.began = bytearray()
+        #: while loading: the lives' (start, end) columns when the compiled replay made them
+        self.span: tuple[array[int], array[int]] | None = None
 
 
 class Life:
@@ -795,7 +840,7 @@ class Ledger:
 def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
     n = len(cols.t)
     ts = cols.t
-    if all(map(float.__le__, ts, islice(ts, 1, None))):
+    if _in_order(ts):
         times, ev, addr, size, kind, x, ref = ts, cols.ev, cols.addr, cols.size, cols.kind, cols.x, cols.ref
     else:  # CUPTI's activity records arrive after the launches they precede
         order = sorted(range(n), key=ts.__getitem__)  # stable: equal times keep file order
@@ -811,24 +856,38 @@ def _replay(pid: int | None, cols: _Columns, store: RecordStore) -> PidLedger:
     unmatched = _replay_lives(ev, addr, size, kind, x, ref, lives)
     levels = []
     for which, lv in enumerate(lives):
-        a = array("Q", compress(addr, lv.began))
-        e = array("Q", map(add, a, compress(size, lv.began)))
-        lv.began = bytearray()
+        if lv.span is not None:
+            a, e = lv.span
+        else:
+            a = array("Q", compress(addr, lv.began))
+            e = array("Q", map(add, a, compress(size, lv.began)))
+        lv.began, lv.span = bytearray(), None
         levels.append(Level(which, lv, a, e, times, store))
     evs = ev.tobytes()
-    at_launch = list(compress(range(n), map(_LAUNCH.__eq__, evs)))
+    at_launch = list(compress(range(n), evs.translate(_IS_LAUNCH)))
     guard_refs = array("q", map(ref.__getitem__, _guard_ranks(evs, addr, x)))
     return PidLedger(
         pid=pid, containers=levels[0], blocks=levels[1],
         launches=_LazyRecords(array("q", map(ref.__getitem__, at_launch)), store),
         launch_times=array("d", map(times.__getitem__, at_launch)),
         launch_kernels=list(map(x.__getitem__, at_launch)),
-        sync_times=array("d", compress(times, map(_SYNC.__eq__, evs))),
+        sync_times=array("d", compress(times, evs.translate(_IS_SYNC))),
         t_first=times[0] if n else 0.0, t_last=times[-1] if n else 0.0,
         mono_offset=None if cols.mono is None else cols.mono[0] - cols.mono[2],
         unmatched_frees=unmatched, records=_LazyRecords(ref, store), times=times,
         guard=_LazyRecords(guard_refs, store),
     )
+
+
+#: event code -> 1 for a launch / a sync (bytes.translate: a mask of a whole column in one call)
+_IS_LAUNCH = bytes(c == _LAUNCH for c in range(256))
+_IS_SYNC = bytes(c == _SYNC for c in range(256))
+
+
+def _in_order(ts: array[float]) -> bool:
+    if _FAST is not None:
+        return bool(_FAST.nondecreasing(ts))
+    return all(map(float.__le__, ts, islice(ts, 1, None)))
 
 
 def _guard_ranks(evb: bytes, addrs: Sequence[int], xs: Sequence[Any]) -> list[int]:
@@ -854,6 +913,10 @@ def _replay_lives(ev: array[int], addrs: Sequence[int], sizes: Sequence[int], ki
     """
     n = len(ev)
     evb = ev.tobytes()
+    if _FAST is not None and type(kinds) is list and type(xs) is list:
+        got = _FAST.replay(evb, addrs, sizes, kinds, xs, refs, _FAST_CONSTS)
+        if got is not None:
+            return _replayed(got, kinds, xs, refs, lives)
     n_alloc = evb.count(_ALLOC)
     n_block = list(compress(kinds, map(_ALLOC.__eq__, evb))).count(KIND_BLOCK)
     for lv, cap in zip(lives, (n_alloc - n_block, n_block)):
@@ -937,6 +1000,35 @@ def _replay_lives(ev: array[int], addrs: Sequence[int], sizes: Sequence[int], ki
         for life in upgraded[level]:
             lv.kind[life] = 1
     return unmatched
+
+
+def _replayed(got: tuple[Any, ...], kinds: Sequence[Any], xs: Sequence[Any], refs: Sequence[int],
+              lives: tuple[_LevelLives, _LevelLives]) -> int:
+    """The compiled replay's lives into ``lives`` (the loop of :func:`_replay_lives`, done in C);
+    the merges of one allocation seen by two sources are applied here, in the loop's order."""
+    unmatched, pairs, *levels = got
+    for lv, (r0, r1, free, done, ref, kind, began, starts, ends) in zip(lives, levels):
+        for name, data in (("r0", r0), ("r1", r1), ("free", free), ("done", done), ("ref", ref)):
+            col = array("q")
+            col.frombytes(data)
+            setattr(lv, name, col)
+        lv.kind = array("b")
+        lv.kind.frombytes(kind)
+        lv.began = began
+        lv.span = (array("Q"), array("Q"))
+        lv.span[0].frombytes(starts)
+        lv.span[1].frombytes(ends)
+    for level, old, rank in pairs:
+        lv = lives[level]
+        o = lv.r0[old]
+        src = xs[rank]
+        also, dups = lv.extra.get(old, ((), ()))
+        if src and src != xs[o] and src not in also:
+            also = (*also, src)
+        lv.extra[old] = (also, (*dups, refs[rank]))
+        if kinds[rank] == KIND_SEGMENT:
+            lv.kind[old] = 1
+    return int(unmatched)
 
 
 _BLOCKS, _CONTAINERS, _EITHER = (1,), (0,), (0, 1)

@@ -10,6 +10,9 @@ Shapes (each 8 pid files, lines in the writer's own hot-path format, a stack on 
 - ``pools``: CuPy-style pool chunks (``segment``) with blocks allocated and freed inside them,
   some chunks given back, plus CUPTI's record of each chunk (merged with the hook's).
 
+The note says which reader ran: the compiled part where it is built (``FAULTHUNT_MAP_PURE=1`` in
+the environment measures the pure-Python route).
+
 Baseline: what a user would write without faulthunt, run for real on every address (no
 extrapolation): ``json.loads`` every line, pair allocations with their frees into lives, sort the
 lives by start, then per address bisect the starts and walk back to the lives that contain it
@@ -255,8 +258,16 @@ def _row(shape: str, quick: bool) -> Row:
         ours="faulthunt map --addresses FILE --json", baseline="json.loads + sort + bisect, in-process",
         ours_t=o, base_t=b, goal="<= 2 s, <= 300 MiB", goal_s=2.0,
         note=(f"peak RSS ours {peak_o:.0f} MiB, baseline {peak_b:.0f} MiB; ours CPU "
-              f"{statistics.median(cpu[-repeat:]):.2f} s (user+sys, median; wall also waits for cores)"),
+              f"{statistics.median(cpu[-repeat:]):.2f} s (user+sys, median; wall also waits for cores); "
+              f"{_route()} reader"),
     )
+
+
+def _route() -> str:
+    """Which reader the command ran: the compiled part (docs/mapper.md) or the pure-Python route."""
+    from faulthunt.ledger.index import compiled_part
+
+    return "compiled" if compiled_part() is not None else "pure-Python"
 
 
 def map_churn(quick: bool) -> Row:
