@@ -271,7 +271,7 @@ def _identity() -> dict[str, Any]:
 def _warm_imports(render: bool) -> None:
     """Import what analysis (and rendering, when there is a table to draw) needs while pytest
     runs (off the critical path)."""
-    import faulthunt.summary  # noqa: F401
+    import faulthunt.summary
 
     if render:
         import faulthunt.report.terminal  # noqa: F401
