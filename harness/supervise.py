@@ -135,10 +135,10 @@ class _Watcher:
     A thread per test (pytest-timeout's own thread method, and this module's first watchdog)
     costs a thread start and join per test, 0.3 ms of CPU on the 2-core dev machine: 7% of a
     CPU-bound stress run's tests. Arming and disarming this one is a lock, and wakes the thread
-    only when it must look sooner than it already will: the thread sleeps until the deadline it
-    last saw, then looks at what is armed by then. With one timeout for every test each new
-    deadline lies after the one it sleeps to, so a test wakes nothing (it was two thread
-    switches a test); a disarmed test is found disarmed when the thread next wakes.
+    only when it must look sooner than it already will: the thread sleeps until the latest
+    deadline it knows of, then looks at what is armed by then. With one timeout for every test
+    each new deadline lies after the one it sleeps to, so a test wakes nothing (it was two
+    thread switches a test); a disarmed test is found disarmed when the thread next wakes.
     """
 
     def __init__(self) -> None:
@@ -150,6 +150,9 @@ class _Watcher:
         self._pid: int | None = None
         #: the monotonic time the thread will look again by itself (inf: only when notified)
         self._wake = math.inf
+        #: the latest deadline ever armed: with nothing armed the thread sleeps until then, so
+        #: that the next test (whose deadline lies after it) need not wake it
+        self._latest = -math.inf
         #: notifications sent (tests count them: none per test when the deadlines only grow)
         self.notified = 0
 
@@ -163,6 +166,7 @@ class _Watcher:
             self._token += 1
             deadline = time.monotonic() + timeout
             self._armed = (deadline, self._token, on_hang)
+            self._latest = max(self._latest, deadline)
             if deadline < self._wake:
                 self.notified += 1
                 self._cond.notify()
@@ -182,8 +186,9 @@ class _Watcher:
             with self._cond:
                 while True:
                     if self._armed is None:
-                        self._wake = math.inf
-                        self._cond.wait()
+                        idle = self._latest - time.monotonic()
+                        self._wake = self._latest if idle > 0 else math.inf
+                        self._cond.wait(idle if idle > 0 else None)
                         continue
                     deadline, token, on_hang = self._armed
                     left = deadline - time.monotonic()
