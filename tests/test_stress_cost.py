@@ -194,3 +194,31 @@ def test_package_versions_follow_sys_path_order_and_odd_metadata(
     names = ("demo.pkg", "odd-pkg", "eggy", "absent")
     assert identity.package_versions(names) == identity._metadata_versions(names)
     assert identity.package_versions(names)["demo.pkg"] == "2.0"
+
+
+def test_task_children_reads_what_proc_children_reads(tmp_path: Path) -> None:
+    from faulthunt.children import TaskChildren, children_file_available, proc_children
+
+    if not children_file_available(os.getpid()):
+        pytest.skip("this kernel has no /proc/<pid>/task/<tid>/children")
+    tasks = TaskChildren(os.getpid())
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait)
+    helper.start()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        for _ in range(3):  # the same answer each time the kept files are read again
+            assert sorted(tasks.children() or []) == sorted(proc_children(os.getpid()) or [])
+            assert child.pid in (tasks.children() or [])
+        opened = len(tasks._fds)
+        stop.set()
+        helper.join()
+        tasks.children()
+        assert len(tasks._fds) == opened - 1  # the ended thread's file is closed
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in (tasks.children() or [])
+    tasks.close()
+    assert tasks._fds == {}
+    assert TaskChildren(2 ** 22 + 7).children() is None  # no such process
