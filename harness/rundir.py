@@ -273,6 +273,9 @@ def write_run_info(run_dir: Path | str, info: RunInfo, *, fsync: bool = True) ->
     write_json_atomic(Path(run_dir) / Layout.RUN, info, fsync=fsync)
 
 
+_encode_lines = codec.encode_lines
+
+
 class JsonlWriter:
     """Append-only JSON Lines, one record a line, flushed per record.
 
@@ -314,33 +317,54 @@ class JsonlWriter:
                           "dropped (counted) and the run goes on")
 
     def write(self, record: Any) -> None:
+        # The hot path of every worker (two records a test): one encode, one write(2), and no
+        # more Python than that; the rare cases (a full disk, a short write, fsync) go aside.
         if isinstance(record, Doc):
             try:
-                data = codec.encode_line(record)
+                data = _encode_lines((record,))  # the record's JSON and its newline, one pass
             except UnicodeEncodeError:  # a lone surrogate (an undecodable file name): escape it
                 data = (json.dumps(record.to_json()) + "\n").encode("utf-8")
         else:
             data = (dumps(record) + "\n").encode("utf-8")
+        if self._fd < 0 or self._torn:
+            self._write_aside(data)
+            return
+        try:
+            written = os.write(self._fd, data)
+        except OSError as exc:
+            self._failed(exc)
+            return
+        if written < len(data):
+            self._write_aside(data[written:], torn=True)
+        elif self._fsync:
+            os.fsync(self._fd)
+
+    def _write_aside(self, data: bytes, torn: bool = False) -> None:
+        """The cases off the hot path: no descriptor, a line torn by a short write (the rest of
+        it, or the next record after a newline that ends the torn one), fsync."""
         if self._fd < 0:
             if self._on_full is None:
                 raise DiskFullError(f"{self.path} is not open for writing")
             self.dropped += 1
             return
-        if self._torn:
+        if self._torn and not torn:
             data = b"\n" + data
+        self._torn = True
         try:
-            written = os.write(self._fd, data)
+            written = 0
             while written < len(data):  # a short write: the disk is filling up
-                self._torn = True
                 written += os.write(self._fd, data[written:])
             self._torn = False
         except OSError as exc:
-            if self._on_full is None or not is_full(exc):
-                raise _write_error(self.path, exc, "free the disk") from exc
-            self._full(exc)
+            self._failed(exc)
             return
         if self._fsync:
             os.fsync(self._fd)
+
+    def _failed(self, exc: OSError) -> None:
+        if self._on_full is None or not is_full(exc):
+            raise _write_error(self.path, exc, "free the disk") from exc
+        self._full(exc)
 
     def close(self) -> None:
         if self._fd >= 0:

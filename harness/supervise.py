@@ -11,6 +11,7 @@ import ctypes
 import dataclasses
 import errno
 import faulthandler
+import math
 import os
 import shutil
 import signal
@@ -133,7 +134,11 @@ class _Watcher:
 
     A thread per test (pytest-timeout's own thread method, and this module's first watchdog)
     costs a thread start and join per test, 0.3 ms of CPU on the 2-core dev machine: 7% of a
-    CPU-bound stress run's tests. Arming and disarming this one is a lock and a notify.
+    CPU-bound stress run's tests. Arming and disarming this one is a lock, and wakes the thread
+    only when it must look sooner than it already will: the thread sleeps until the latest
+    deadline it knows of, then looks at what is armed by then. With one timeout for every test
+    each new deadline lies after the one it sleeps to, so a test wakes nothing (it was two
+    thread switches a test); a disarmed test is found disarmed when the thread next wakes.
     """
 
     def __init__(self) -> None:
@@ -143,23 +148,34 @@ class _Watcher:
         self._firing: int | None = None
         self._fired = threading.Event()
         self._pid: int | None = None
+        #: the monotonic time the thread will look again by itself (inf: only when notified)
+        self._wake = math.inf
+        #: the latest deadline ever armed: with nothing armed the thread sleeps until then, so
+        #: that the next test (whose deadline lies after it) need not wake it
+        self._latest = -math.inf
+        #: notifications sent (tests count them: none per test when the deadlines only grow)
+        self.notified = 0
 
     def arm(self, timeout: float, on_hang: Callable[[], None]) -> int:
         with self._cond:
             if self._pid != os.getpid():  # first use, or a forked child: no thread here yet
                 self._pid = os.getpid()
+                self._wake = math.inf
                 threading.Thread(target=self._run, name="faulthunt-hang-watchdog",
                                  daemon=True).start()
             self._token += 1
-            self._armed = (time.monotonic() + timeout, self._token, on_hang)
-            self._cond.notify()
+            deadline = time.monotonic() + timeout
+            self._armed = (deadline, self._token, on_hang)
+            self._latest = max(self._latest, deadline)
+            if deadline < self._wake:
+                self.notified += 1
+                self._cond.notify()
             return self._token
 
     def disarm(self, token: int) -> None:
         with self._cond:
             if self._armed is not None and self._armed[1] == token:
-                self._armed = None
-                self._cond.notify()
+                self._armed = None  # the thread finds nothing armed when it next looks
                 return
             firing = self._firing == token
         if firing and threading.current_thread().name != "faulthunt-hang-watchdog":
@@ -168,15 +184,21 @@ class _Watcher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._armed is None:
-                    self._cond.wait()
-                deadline, token, on_hang = self._armed
-                left = deadline - time.monotonic()
-                if left > 0:
+                while True:
+                    if self._armed is None:
+                        idle = self._latest - time.monotonic()
+                        self._wake = self._latest if idle > 0 else math.inf
+                        self._cond.wait(idle if idle > 0 else None)
+                        continue
+                    deadline, token, on_hang = self._armed
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._wake = deadline
                     self._cond.wait(left)
-                    continue
                 self._armed = None
                 self._firing = token
+                self._wake = math.inf
             try:
                 on_hang()
             finally:

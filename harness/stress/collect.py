@@ -268,10 +268,13 @@ def _identity() -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def _warm_imports() -> None:
-    """Import what analysis and rendering need while pytest runs (off the critical path)."""
+def _warm_imports(render: bool) -> None:
+    """Import what analysis (and rendering, when there is a table to draw) needs while pytest
+    runs (off the critical path)."""
     import faulthunt.summary
-    import faulthunt.report.terminal  # noqa: F401
+
+    if render:
+        import faulthunt.report.terminal  # noqa: F401
 
 
 class _XidLog:
@@ -369,7 +372,7 @@ def _run_pytest(plan: Plan, run_dir: Path, stopper: _Stopper, output: PytestOutp
                                                         fsync=False))
     _write_or_note(disk_full, lambda: write_json_atomic(run_dir / Layout.IDENTITY, _identity(),
                                                         fsync=False))
-    _warm_imports()
+    _warm_imports(not plan.opts.quiet)
     _wait(child, _live(console, progress, plan.opts.quiet), progress, output)
     leftovers = child.end_leftovers()
     if not pump.join(OUTPUT_GRACE_S):

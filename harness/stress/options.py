@@ -359,13 +359,6 @@ def suite_timeout(cwd: Path) -> tuple[str, float] | None:
     """The ``timeout`` of the suite's own pytest configuration, as pytest finds it: the first of
     pytest.ini, .pytest.ini, pyproject.toml, tox.ini, setup.cfg with a pytest section, in ``cwd``
     or a parent. None when there is none (or it sets no timeout)."""
-    import configparser
-
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10: the same parser as the tomli package (pytest reads its config with it too)
-        import tomli as tomllib
-
     for directory in (cwd, *cwd.parents):
         for name, section in (("pytest.ini", "pytest"), (".pytest.ini", "pytest"),
                               ("pyproject.toml", None), ("tox.ini", "pytest"),
@@ -373,29 +366,44 @@ def suite_timeout(cwd: Path) -> tuple[str, float] | None:
             path = directory / name
             if not path.is_file():
                 continue
-            try:
-                if section is None:
-                    table = tomllib.loads(path.read_text(encoding="utf-8"))
-                    ini = table.get("tool", {}).get("pytest", {}).get("ini_options")
-                    if ini is None:
-                        continue
-                    value = ini.get("timeout")
-                else:
-                    parser = configparser.ConfigParser(interpolation=None)
-                    parser.read(path, encoding="utf-8")
-                    if not parser.has_section(section):
-                        if name in ("pytest.ini", ".pytest.ini"):
-                            return None  # pytest takes these even without the section
-                        continue
-                    value = parser.get(section, "timeout", fallback=None)
-            except (OSError, ValueError, configparser.Error, tomllib.TOMLDecodeError):
-                continue  # pytest will say what is wrong with it
+            found, value = _timeout_setting(path, name, section)
+            if not found:
+                continue
             if value is None or str(value).strip() == "":
                 return None
             try:
                 return name, float(value)
             except ValueError:
                 return None
+    return None
+
+
+def _timeout_setting(path: Path, name: str, section: str | None) -> tuple[bool, Any]:
+    """(whether pytest takes its configuration from this file, its ``timeout`` value or None).
+    The parser of a format is imported only when a file of it is there (most suites have no
+    ini file: configparser's import is most of this check's cost)."""
+    if section is None:
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # Python 3.10: the same parser as the tomli package (pytest reads its config with it too)
+            import tomli as tomllib
+        try:
+            table = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, tomllib.TOMLDecodeError):
+            return False, None  # pytest will say what is wrong with it
+        ini = table.get("tool", {}).get("pytest", {}).get("ini_options")
+        return (False, None) if ini is None else (True, ini.get("timeout"))
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+        if not parser.has_section(section):
+            # pytest takes pytest.ini and .pytest.ini even without the section
+            return name in ("pytest.ini", ".pytest.ini"), None
+        return True, parser.get(section, "timeout", fallback=None)
+    except (OSError, ValueError, configparser.Error):
+        return False, None  # pytest will say what is wrong with it
     return None
 
 
