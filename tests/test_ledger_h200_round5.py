@@ -21,6 +21,7 @@ import pytest
 
 from faulthunt.ledger.reader import load_ledger
 from faulthunt.mapper import LEAN_MAP_NOTE, map_address
+from gpuscript import load_gpu_script
 
 D = Path(__file__).parent / "data" / "ledger" / "h200_round5"
 pytestmark = pytest.mark.skipif(not (D / "loops.jsonl").is_file(),
@@ -36,9 +37,18 @@ def test_every_planted_fault_got_its_verdict_under_the_mode_that_records_it() ->
     probe = _jsonl("probe.jsonl")
     assert {"full", "auto"} <= {r["route"] for r in probe}
     assert sum(1 for r in probe if r["route"] == "full") == 16
-    assert all(r["ok"] and r["verdict"] == r["expect"] for r in probe), [r for r in probe if not r["ok"]]
+    # the expectation of today's script: the capture's own `expect` said `freed` for numba's use
+    # after free under auto, which docs/ledger.md ("What auto leaves out") says maps `inside`
+    # (PROVENANCE.md); every other recorded expectation is today's
+    lean_expect = load_gpu_script("ledger_breakdown").AUTO_EXPECT
+    for r in probe:
+        fw, _, fault = r["case"].partition("_")
+        fw, fault = ("cuda_core", r["case"][len("cuda_core_"):]) if fw == "cuda" else (fw, fault)
+        expect = lean_expect.get((fw, fault), r["expect"]) if r["route"] != "full" else r["expect"]
+        assert r["verdict"] == expect, r
+        assert r["ok"] or (fw, fault) == ("numba", "uaf"), r
     lean = {r["case"]: r for r in probe if r["route"] == "auto"}
-    for case in ("cupy_pool_uaf", "cupy_slack"):
+    for case in ("cupy_pool_uaf", "cupy_slack", "numba_uaf"):
         assert lean[case]["verdict"] == "inside" and lean[case]["full_note"]
     assert not any(r.get("full_note") for r in probe if r["route"] == "full")
 

@@ -91,7 +91,9 @@ PROBE_MODES = {
 }
 #: the environment of each probe mode (the ledger mode is the part before the "/")
 PROBE_ENV = {"auto/cballoc": {"FAULTHUNT_LEDGER_ALLOCS": "callback"}}
-AUTO_EXPECT = {("cupy", "pool_uaf"): "inside", ("cupy", "slack"): "inside"}
+#: numba's Python-level release is not recorded under auto (no EMM beside CUPTI): its use after
+#: free, planted before the deferred driver free, lies inside the live driver allocation
+AUTO_EXPECT = {("cupy", "pool_uaf"): "inside", ("cupy", "slack"): "inside", ("numba", "uaf"): "inside"}
 WORK = Path(os.environ.get("BREAKDOWN_WORK", "/tmp/ledger_breakdown"))
 
 
