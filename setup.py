@@ -15,32 +15,20 @@ writes the same JSON in Python (docs/sanitize.md).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension(
-    "faulthunt.ledger._native",
-    sources=["harness/ledger/_native.c"],
-    extra_compile_args=["-O2", "-pthread", "-fvisibility=hidden"],
-    extra_link_args=["-pthread"],
-    optional=True,
-), Extension(
-    "faulthunt.kernlog._scan",
-    sources=["harness/kernlog/_scan.c"],
-    extra_compile_args=["-O2"],
-    optional=True,
-), Extension(
-    # the line loop of `sanitize parse` (a CPython extension; parse_text.py has the same loop in Python)
-    "faulthunt.sanitizer._fold",
-    sources=["harness/sanitizer/_fold.c"],
-    extra_compile_args=["-O2"],
-    optional=True,
-), Extension(
-    # SanitizerRecord.json_text in one step (a CPython extension; records/sanitizer.py keeps the Python route)
-    "faulthunt.records._record_json",
-    sources=["harness/records/_record_json.c"],
-    extra_compile_args=["-O2"],
-    optional=True,
-), Extension(
-    "faulthunt.ledger._mapfast",
-    sources=["harness/ledger/_mapfast.c"],
-    extra_compile_args=["-O2", "-fvisibility=hidden"],
-    optional=True,
-)])
+
+def optional_extension(name: str, source: str, *flags: str, link: tuple[str, ...] = ()) -> Extension:
+    """One compiled part: built with -O2 (and ``flags``) where a compiler is, skipped where not."""
+    return Extension(name, sources=[source], extra_compile_args=["-O2", *flags],
+                     extra_link_args=list(link), optional=True)
+
+
+setup(ext_modules=[
+    optional_extension("faulthunt.ledger._native", "harness/ledger/_native.c",
+                       "-pthread", "-fvisibility=hidden", link=("-pthread",)),
+    optional_extension("faulthunt.kernlog._scan", "harness/kernlog/_scan.c"),
+    # the line loop of `sanitize parse` (parse_text.py has the same loop in Python)
+    optional_extension("faulthunt.sanitizer._fold", "harness/sanitizer/_fold.c"),
+    # SanitizerRecord.json_text in one step (records/sanitizer.py keeps the Python route)
+    optional_extension("faulthunt.records._record_json", "harness/records/_record_json.c"),
+    optional_extension("faulthunt.ledger._mapfast", "harness/ledger/_mapfast.c", "-fvisibility=hidden"),
+])
