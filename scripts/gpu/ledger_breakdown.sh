@@ -9,15 +9,8 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 dest="$OUT/breakdown"
 mkdir -p "$dest"
-if [ -d .whl ] && ! python3 -c 'import cupti' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >"$dest/pip.log" 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-  export PATH=/tmp/site/bin:$PATH
-fi
-# the project, and with it the compiled ledger library (setup.py, built by the system compiler)
-python3 -c 'import faulthunt' 2>/dev/null || \
-  python3 -m pip install --no-index --no-deps --no-build-isolation -e . >>"$dest/pip.log" 2>&1
+. scripts/gpu/_install.sh
+install_for_gpu "$dest/pip.log"
 lib_ok() { python3 -c 'from faulthunt.ledger import native; import sys; sys.exit(native.load()[0] is None)'; }
 if ! lib_ok && command -v cc >/dev/null; then
   # pip could not build it (no setuptools compiler set-up?): the same source, the same flags

@@ -7,12 +7,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 dest="$OUT/cupti_cost"
 mkdir -p "$dest"
-if [ -d .whl ] && ! python3 -c 'import cupti' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >"$dest/pip.log" 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-python3 -c 'import faulthunt' 2>/dev/null || \
-  python3 -m pip install --no-index --no-deps --no-build-isolation -e . >>"$dest/pip.log" 2>&1
+. scripts/gpu/_install.sh
+install_for_gpu "$dest/pip.log"
 timeout -k 5 150 python3 scripts/gpu/ledger_cupti_cost.py all "$dest" numba 2>&1 | tail -n 40
 echo "rc=${PIPESTATUS[0]}"

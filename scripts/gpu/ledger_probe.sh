@@ -9,14 +9,8 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 dest="$OUT/ledger"
 mkdir -p "$dest"
-if [ -d .whl ] && ! python3 -c 'import cupti' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >"$dest/pip.log" 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-  export PATH=/tmp/site/bin:$PATH
-fi
-python3 -c 'import faulthunt' 2>/dev/null || \
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >>"$dest/pip.log" 2>&1
+. scripts/gpu/_install.sh
+install_for_gpu "$dest/pip.log"
 {
   nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader
   python3 -c 'import cupti, numpy; print("cupti-python ok, numpy", numpy.__version__)' 2>&1
