@@ -99,23 +99,34 @@ def test_without_sampling_every_allocation_keeps_its_stack(request, tmp_path, mo
     assert sum(1 for r in _records(w) if r["event"] == "alloc" and r.get("stack")) == 80
 
 
-@pytest.mark.parametrize("mode, stacks_env, want_stacks, lean", [
-    ("auto", None, "sampled", True),
-    ("auto", "alloc", "alloc", True),   # an explicit FAULTHUNT_LEDGER_STACKS wins
-    ("full", None, "alloc", False),
+@pytest.mark.parametrize("mode, stacks_env, want_stacks, lean, allocs_env, want_allocs", [
+    ("auto", None, "sampled", True, None, "callback"),
+    ("auto", "alloc", "alloc", True, None, "callback"),   # an explicit FAULTHUNT_LEDGER_STACKS wins
+    ("auto", None, "sampled", True, "activity", "activity"),  # so does FAULTHUNT_LEDGER_ALLOCS
+    ("full", None, "alloc", False, None, "activity"),
+    ("full", None, "alloc", False, "callback", "callback"),
 ])
 def test_install_auto_is_lean_and_says_so_full_is_not(request, tmp_path, monkeypatch, mode, stacks_env,
-                                                     want_stacks, lean):
-    _fixtures(request)
+                                                     want_stacks, lean, allocs_env, want_allocs):
+    from faulthunt.ledger import cupti_native
+
+    _lib, cupti = _fixtures(request)
     monkeypatch.delenv("FAULTHUNT_LEDGER_ROUTE", raising=False)
     if stacks_env:
         monkeypatch.setenv(writer.STACKS_ENV, stacks_env)
     else:
         monkeypatch.delenv(writer.STACKS_ENV, raising=False)
+    if allocs_env:
+        monkeypatch.setenv(cupti_native.ALLOCS_ENV, allocs_env)
+    else:
+        monkeypatch.delenv(cupti_native.ALLOCS_ENV, raising=False)
     h = install(tmp_path, mode, quiet=True)
     try:
         assert h is not None and h.plan.lean is lean
         assert h.writer.stacks == want_stacks
+        # auto takes allocation lines from the calls' callbacks: no MEMORY2 activity is enabled
+        assert [s.allocs for s in h.sources] == [want_allocs]
+        assert (cupti.cupti.ActivityKind.MEMORY2 in cupti.activities) is (want_allocs == "activity")
         # armed for a later import (a framework already imported is hooked at once instead)
         want = {"torch"} if lean else {"numba.cuda", "cupy", "torch"}
         assert set(h.hooks._hooks) == {m for m in want if not _imported(m)}
@@ -220,6 +231,20 @@ def test_allocations_from_the_callbacks_are_refused_without_function_params(requ
     try:
         assert src.allocs == "activity" and cupti.cupti.ActivityKind.MEMORY2 in cupti.activities
         assert any("function_params" in m for m in said)
+    finally:
+        src.stop()
+        w.close()
+
+
+def test_an_unknown_allocation_source_is_said_and_memory2_used(request, tmp_path, monkeypatch):
+    from faulthunt.ledger import cupti_native
+
+    _lib, cupti = _fixtures(request)
+    monkeypatch.setenv(cupti_native.ALLOCS_ENV, "callbacks")
+    w, src, said = _start(tmp_path, "native", monkeypatch)
+    try:
+        assert src.allocs == "activity" and cupti.cupti.ActivityKind.MEMORY2 in cupti.activities
+        assert any("'callbacks' is not one of activity, callback" in m for m in said)
     finally:
         src.stop()
         w.close()

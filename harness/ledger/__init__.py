@@ -260,7 +260,8 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
     messages = p.messages
     if p.cupti:
         try:
-            src = cupti_source.start(handle.writer, say=say)
+            # auto: allocation lines from the calls' own callbacks (no MEMORY2 activity to pay for)
+            src = cupti_source.start(handle.writer, say=say, allocs="callback" if p.lean else "activity")
             handle.sources.append(src)
         except Exception as exc:  # noqa: BLE001 - CUPTI's binding raises its own errors, OSError, RuntimeError: any means no CUPTI, said
             # CUPTI passed the probe but would not start (another profiler, driver trouble).

@@ -45,10 +45,13 @@ from faulthunt.records.ledger import EVENT_NOTE
 
 _KINDS = {"context": 4, "stream": 5, "event": 6}
 BUFFER_SIZE = 8 * 1024 * 1024
-#: where allocation lines come from on the compiled routes: ``activity`` (default: CUPTI's MEMORY2
-#: records) or ``callback`` (each allocation API's exit callback reads the address and size from the
-#: call's parameters; no MEMORY2, so no activity buffer or forced flush for allocations)
+#: where allocation lines come from on the compiled routes: ``activity`` (CUPTI's MEMORY2 records;
+#: ``--ledger full`` and ``cupti``) or ``callback`` (each allocation API's exit callback reads the
+#: address and size from the call's parameters; no MEMORY2, so no activity buffer or forced flush
+#: for allocations: ``--ledger auto``, whose stream-ordered pool loop MEMORY2 made 1.3x slower on
+#: the H200). The variable overrides either default.
 ALLOCS_ENV = "FAULTHUNT_LEDGER_ALLOCS"
+ALLOCS = ("activity", "callback")
 _DEVICE, _MANAGED = 3, 5  # _native.c's MEMKINDS
 #: per allocation API: (mode, address offset, size offset, aux offset, memory kind, async) in its
 #: cuda.h ``<api>_params`` structure (every field 8 bytes: pointers, CUdeviceptr, size_t, handles);
@@ -96,7 +99,8 @@ class NativeCuptiSource:
 
     name = NAME
 
-    def __init__(self, writer: LedgerWriter, cupti: Any, say: Callable[[str], None]) -> None:
+    def __init__(self, writer: LedgerWriter, cupti: Any, say: Callable[[str], None],
+                 allocs: str = "activity") -> None:
         if writer._sink is None:
             raise RuntimeError(f"the writer is not on the native backend ({writer.backend})")
         self.writer, self.cupti, self.say = writer, cupti, say
@@ -111,7 +115,7 @@ class NativeCuptiSource:
                                + " among this process's libraries")
         self.cupti_path = path
         self.cl = _bind(_load_libcupti(path))
-        self._configure()
+        self._configure(allocs)
 
     # set-up ------------------------------------------------------------------------------------
     def _layout(self, which: int, dtype: Any, what: str) -> bool:
@@ -129,7 +133,7 @@ class NativeCuptiSource:
         native.set_layout(self.lib, which, got)
         return True
 
-    def _configure(self) -> None:
+    def _configure(self, allocs: str) -> None:
         c, lib = self.cupti, self.lib
         if not self._layout(0, getattr(c, "callback_data_dtype", None), "callback data"):
             raise RuntimeError("; ".join(self.notes))
@@ -165,13 +169,17 @@ class NativeCuptiSource:
         else:
             lib.fl_stack_sampling(0, 0)
         self.allocs = "activity"
-        if os.environ.get(ALLOCS_ENV) == "callback":
+        want = os.environ.get(ALLOCS_ENV) or allocs
+        if want not in ALLOCS:
+            self.notes.append(f"{ALLOCS_ENV}={want!r} is not one of {', '.join(ALLOCS)}: allocations "
+                              "from MEMORY2 records")
+        elif want == "callback":
             if lib.fl_alloc_source(1) == 0:
                 self.allocs = "callback"
             else:
-                self.notes.append(f"{ALLOCS_ENV}=callback needs the callback data's function_params "
+                self.notes.append("allocation lines from the callbacks need the callback data's function_params "
                                   "field, which cupti-python's dtype lacks: allocations from MEMORY2 records")
-        else:
+        if self.allocs == "activity":
             lib.fl_alloc_source(0)
         self._provider = native.STACK_PROVIDER(self._stack)  # kept: C holds its address
         lib.fl_stack_provider(ctypes.cast(self._provider, ctypes.c_void_p).value)
@@ -283,7 +291,10 @@ class NativeCuptiSource:
                     f"ledger: native CUPTI records lost: {s['lost']}, activity buffer errors: {s['buffer_errors']}"))
 
 
-def start(writer: LedgerWriter, cupti: Any, say: Callable[[str], None]) -> NativeCuptiSource:
-    src = NativeCuptiSource(writer, cupti, say)
+def start(writer: LedgerWriter, cupti: Any, say: Callable[[str], None],
+          allocs: str = "activity") -> NativeCuptiSource:
+    """Start the compiled source; ``allocs``: where allocation lines come from unless
+    :data:`ALLOCS_ENV` says otherwise (:data:`ALLOCS`)."""
+    src = NativeCuptiSource(writer, cupti, say, allocs)
     src.start()
     return src

@@ -761,18 +761,21 @@ class CuptiSource:
                 c.activity_disable(c.ActivityKind.CONCURRENT_KERNEL)
 
 
-def start(writer: LedgerWriter, say: Callable[[str], None] = lambda m: None) -> Any:
+def start(writer: LedgerWriter, say: Callable[[str], None] = lambda m: None, *,
+          allocs: str = "activity") -> Any:
     """Start CUPTI recording into ``writer`` on its route (raises if CUPTI will not start).
 
     On a compiled route the compiled source is tried first; when it cannot be set up (no single
     libcupti, a layout it cannot read) the reason is said and the Python source takes over.
+    ``allocs``: where the compiled source takes allocation lines from (``cupti_native.ALLOCS``);
+    the Python source always reads MEMORY2 records.
     """
     if writer.route.compiled and writer._sink is not None:
         from faulthunt.ledger import cupti_native
 
         module = _import()
         try:
-            return cupti_native.start(writer, module, say)
+            return cupti_native.start(writer, module, say, allocs)
         except Exception as exc:  # noqa: BLE001 - the compiled route falls back to Python on any failure, said
             msg = f"ledger: compiled CUPTI route unavailable ({exc}); CUPTI through Python"
             say(msg)

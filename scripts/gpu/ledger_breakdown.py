@@ -16,6 +16,10 @@ MemoryHook and numba's EMM left to ``full``, driver allocations' stacks sampled)
 per-array record, a stack on every allocation: what round 4 called ``native``) and
 ``auto/allstacks`` (auto with a stack on every driver allocation: what the sampling saves) and
 ``auto/cballoc`` (auto with allocation lines from the callbacks, FAULTHUNT_LEDGER_ALLOCS=callback);
+round 6 makes those callbacks ``auto``'s own allocation source and measures ``auto/mem2`` (auto
+with MEMORY2 records instead, FAULTHUNT_LEDGER_ALLOCS=activity: round 5's ``auto``), with samples
+of about 0.3 s (N per loop; round 5's 24 ms samples of cuda.core were mostly noise) and the loop
+processes pinned to two cores;
 ``hook_noop`` is CuPy with a registered MemoryHook that does nothing and no ledger (CuPy's own
 dispatch of a hook). Round 4's route configurations stay in :data:`CONFIGS` for a rerun.
 
@@ -71,14 +75,22 @@ CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "auto/allstacks": ("auto", {"FAULTHUNT_LEDGER_STACKS": "alloc"}),
     # allocation lines from the callbacks' parameters instead of MEMORY2 records (opt-in)
     "auto/cballoc": ("auto", {"FAULTHUNT_LEDGER_ALLOCS": "callback"}),
+    # round 6: auto takes allocations from the callbacks; this is round 5's auto (MEMORY2 records)
+    "auto/mem2": ("auto", {"FAULTHUNT_LEDGER_ALLOCS": "activity"}),
 }
 #: the configurations measured per loop (round 5; round 4's were every route, docs/ledger.md)
-PER_FW = {"cupy": ["off", "auto", "full", "hook_noop"],
-          "numba": ["off", "auto", "full", "auto/allstacks", "auto/cballoc"],
-          "cuda_core": ["off", "auto", "full", "auto/allstacks", "auto/cballoc"]}
-N, SAMPLES, ROUNDS = 3000, 3, 2
+PER_FW = {"cupy": ["off", "auto", "full"],
+          "numba": ["off", "auto", "full", "auto/mem2"],
+          "cuda_core": ["off", "auto", "full", "auto/mem2"]}
+#: iterations a sample, per loop: about 0.3 s on the H200 (CuPy ~10 us an iteration, numba ~100,
+#: cuda.core ~8)
+NS = {"cupy": 30000, "numba": 3000, "cuda_core": 40000}
+SAMPLES, ROUNDS = 5, 2
+#: the loop processes run on these cores (when the machine has them): every configuration where
+#: ``off`` ran
+PIN = {2, 3}
 #: seconds from the start after which no new loop process / probe case starts
-LOOP_BUDGET, TOTAL_BUDGET = 190.0, 320.0
+LOOP_BUDGET, TOTAL_BUDGET = 250.0, 400.0
 #: ledger mode -> the planted cases run under it (on the route auto picks). ``full`` records
 #: every array: all 16 as before. ``auto`` records CuPy at the pool-segment level: a write into a
 #: block CuPy took back, or into a block's slack, lies inside a live segment there (``inside``,
@@ -87,10 +99,9 @@ PROBE_MODES = {
     "full": [c for c in CASES],
     "auto": [c for c in CASES],
     # allocations from the callbacks: the cases whose verdict rests on a driver allocation record
-    "auto/cballoc": [c for c in CASES if c[1] in ("past_end", "uaf") and c[3] == "xid"],
 }
 #: the environment of each probe mode (the ledger mode is the part before the "/")
-PROBE_ENV = {"auto/cballoc": {"FAULTHUNT_LEDGER_ALLOCS": "callback"}}
+PROBE_ENV: dict[str, dict[str, str]] = {}
 #: numba's Python-level release is not recorded under auto (no EMM beside CUPTI): its use after
 #: free, planted before the deferred driver free, lies inside the live driver allocation
 AUTO_EXPECT = {("cupy", "pool_uaf"): "inside", ("cupy", "slack"): "inside", ("numba", "uaf"): "inside"}
@@ -203,12 +214,12 @@ class Run:
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
-    def child(self, args: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str]:
+    def child(self, args: list[str], env: dict[str, str], timeout: float, pin: bool = False) -> tuple[int, str, str]:
         full = {**os.environ, **env}
         try:
             # -X faulthandler: a child that crashes leaves its Python stack in errors.txt
             p = subprocess.run([sys.executable, "-X", "faulthandler", __file__, *args], capture_output=True,
-                               text=True, timeout=timeout, env=full)
+                               text=True, timeout=timeout, env=full, preexec_fn=_pin if pin else None)
             rc, so, se = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired as exc:
             rc, so, se = 124, str(exc.stdout or ""), "timeout"
@@ -226,7 +237,8 @@ class Run:
                     got.append({"loop": fw, "config": cfg, "round": rnd, "skipped": "time budget"})
                     continue
                 d = WORK / "loops" / f"{fw}_{cfg.replace('/', '_')}_{rnd}"
-                rc, so, _se = self.child(["loop", fw, cfg, str(N), str(SAMPLES), str(d)], CONFIGS[cfg][1], 120)
+                rc, so, _se = self.child(["loop", fw, cfg, str(NS[fw]), str(SAMPLES), str(d)], CONFIGS[cfg][1], 120,
+                                         pin=True)
                 line = next((x for x in so.splitlines() if x.startswith("{")), None)
                 rec = {"loop": fw, "config": cfg, "round": rnd, "rc": rc}
                 if line:
@@ -310,6 +322,11 @@ class Run:
                     tar.add(cut, arcname=str(cut.relative_to(WORK / "cut")))
 
 
+def _pin() -> None:
+    if hasattr(os, "sched_setaffinity") and PIN <= os.sched_getaffinity(0):
+        os.sched_setaffinity(0, PIN)
+
+
 def _counts(d: Path) -> dict[str, int]:
     from faulthunt.ledger.reader import load_ledger
 
@@ -349,7 +366,7 @@ def table(loops: list[dict], crashes: list[dict], probe: list[dict]) -> str:
                 continue
             ratios = [s / o for s, o in pairs]
             med = statistics.median(ratios)
-            added = (statistics.median(s for s, _ in pairs) - statistics.median(o for _, o in pairs)) / N * 1e6
+            added = (statistics.median(s for s, _ in pairs) - statistics.median(o for _, o in pairs)) / NS[fw] * 1e6
             out.append(f"{fw:9} {cfg:22} {'/'.join(sorted(routes)):16} {statistics.median(o for _, o in pairs):9.4f} "
                        f"{statistics.median(s for s, _ in pairs):9.4f} {med:7.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
                        f"{added:9.1f}")

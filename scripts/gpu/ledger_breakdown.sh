@@ -4,7 +4,7 @@
 # launches of a dying worker, and the planted-fault verdicts per route. Run from the repository
 # root on the GPU machine with .whl/ carried (scripts/gpu/fetch_wheels.sh). Writes 8 files to
 # "$OUT/breakdown/": summary.txt, loops.jsonl, probe.jsonl, crash.json, errors.txt, ledgers.tgz,
-# identity.txt, pip.log. Bounded: about 6 minutes (killed at 400 s); no GPU settings change.
+# identity.txt, pip.log. Bounded: about 7 minutes (killed at 460 s); no GPU settings change.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 dest="$OUT/breakdown"
@@ -28,5 +28,5 @@ print("native library:", getattr(lib, "path", None) or why); print("auto route:"
   python3 -c 'from cupti import cupti; print("cupti-python dtypes:", [n for n in dir(cupti) if n.endswith("_dtype")])' 2>&1
 } >"$dest/identity.txt"
 cat "$dest/identity.txt"
-timeout -k 5 400 python3 scripts/gpu/ledger_breakdown.py all "$dest" 2>&1 | tail -n 80
+timeout -k 5 460 python3 scripts/gpu/ledger_breakdown.py all "$dest" 2>&1 | tail -n 80
 echo "rc=${PIPESTATUS[0]}"
