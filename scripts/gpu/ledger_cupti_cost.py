@@ -24,6 +24,14 @@ reverse) with ``off``; a sample's ratio is against the ``off`` sample of the sam
 ``bare``         a subscriber with no callback enabled and no activity kind: CUPTI attached, nothing asked
 ``nolaunch_cb``  stacks sampled, no launch callbacks (allocation callbacks, MEMORY2, syncs kept)
 ``noflush``      stacks sampled, no periodic forced flush (FLUSH_GAP of an hour: flushes at exit only)
+``cb``           allocation lines from the callbacks, stacks sampled (``auto``'s CUPTI set-up, mode cupti)
+``cb_noop``      as ``cb``, but the compiled callback returns at once for every API: CUPTI's own
+                 dispatch of the enabled callbacks, the floor of any callback route
+``cb_nowrite``   as ``cb``, every line formatted but none written (no sink): the mapping's share
+``cb_nolaunch``  as ``cb`` without launch callbacks
+``cb_launch``    as ``cb`` without allocation callbacks (launch and synchronization callbacks only)
+
+``COST_VARIANTS=a,b,...`` runs those (and ``off``) only; ``COST_ROUNDS`` sets the rounds.
 
 Each sample is a loop of N iterations (N per framework, so a sample lasts about 0.3 s: a 24 ms
 sample was round 5's noise); its wall and CPU (process) seconds are both kept. Children are pinned
@@ -50,7 +58,11 @@ VARIANTS = ("off", "auto", "bare", "cupti", "nostack", "sampled", "cballoc", "st
             "nolaunch_cb", "noflush", "nomem2", "launch_only", "mem2_only")
 #: iterations a sample, per loop: about 0.3 s each on the H200 (numba ~100 us, CuPy ~10, cuda.core ~8)
 N = {"numba": 3000, "cupy": 30000, "cuda_core": 40000}
-SAMPLES, ROUNDS = 5, 2
+SAMPLES, ROUNDS = 5, int(os.environ.get("COST_ROUNDS", "2"))
+CB = ("cb", "cb_noop", "cb_nowrite", "cb_nolaunch", "cb_launch")
+VARIANTS += CB
+if os.environ.get("COST_VARIANTS"):
+    VARIANTS = ("off", *[v for v in os.environ["COST_VARIANTS"].split(",") if v != "off"])
 PIN = {2, 3}
 
 
@@ -58,7 +70,7 @@ def _patch(variant: str) -> None:
     """Take one part out of the compiled CUPTI source before it starts."""
     from faulthunt.ledger import cupti_native
 
-    if variant in ("noalloc_cb", "launch_only"):
+    if variant in ("noalloc_cb", "launch_only", "cb_launch"):
         cupti_native.ALLOC_APIS = ()
     if variant == "mem2_only":
         cupti_native.NativeCuptiSource._enable_callbacks = lambda self: None
@@ -74,7 +86,21 @@ def _patch(variant: str) -> None:
             orig(self)
             self.cl.cuptiActivityDisable(int(self.cupti.ActivityKind.MEMORY2))
         cupti_native.NativeCuptiSource.start = start
-    if variant == "nolaunch_cb":
+    if variant in ("cb_noop", "cb_nowrite"):
+        orig_start = cupti_native.NativeCuptiSource.start
+
+        def start_then(self):
+            orig_start(self)
+            if variant == "cb_nowrite":
+                self.lib.fl_use_sink(None)
+                return
+            from faulthunt.ledger.cupti_source import SYNC_APIS
+            for api in cupti_native.LAUNCH_APIS + cupti_native.ALLOC_APIS + tuple(SYNC_APIS):
+                cbid = getattr(self.cupti.driver_api_trace_cbid, api, None)
+                if cbid is not None:
+                    self.lib.fl_cbid(int(cbid), 0, api.encode())
+        cupti_native.NativeCuptiSource.start = start_then
+    if variant in ("nolaunch_cb", "cb_nolaunch"):
         cupti_native.LAUNCH_APIS = ()
     if variant == "noflush":
         cupti_native.FLUSH_GAP = 3600.0
@@ -89,10 +115,10 @@ def run_loop(fw: str, variant: str, n: int, samples: int, ledger_dir: str) -> No
         info = {"route": h.writer.route.name if h else None}
     elif variant != "off":
         os.environ.setdefault("FAULTHUNT_LEDGER_ROUTE", "native")
-        if variant in ("nostack", "sampled", "cballoc", "nolaunch_cb", "noflush", "bare"):
+        if variant in ("nostack", "sampled", "cballoc", "nolaunch_cb", "noflush", "bare", *CB):
             os.environ["FAULTHUNT_LEDGER_STACKS"] = "off" if variant == "nostack" else "sampled"
-        if variant == "cballoc":
-            os.environ["FAULTHUNT_LEDGER_ALLOCS"] = "callback"
+        # mode cupti's default is MEMORY2; auto's (and these variants') the callbacks
+        os.environ["FAULTHUNT_LEDGER_ALLOCS"] = "callback" if variant in ("cballoc", *CB) else "activity"
         _patch(variant)
         from faulthunt.ledger import install
 

@@ -5,6 +5,8 @@
 # the GPU machine with .whl/ carried, after run_all.sh's install (or alone: it installs the same
 # way). Writes "$OUT/cupti_cost/": cost.txt (wall and CPU medians, min-max), cost.jsonl (every
 # sample), prof_*.txt (py-spy raw stacks), prof.txt (their leaf shares). About 6 minutes.
+# COST_LOOPS, COST_VARIANTS, COST_ROUNDS narrow the table (ledger_cupti_cost.py); COST_NOPROF=1 skips
+# the profiles.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 dest="$OUT/cupti_cost"
@@ -13,6 +15,7 @@ mkdir -p "$dest"
 install_for_gpu "$dest/pip.log"
 timeout -k 5 ${COST_LIMIT:-330} python3 scripts/gpu/ledger_cupti_cost.py all "$dest" "${COST_LOOPS:-numba,cuda_core}" 2>&1 | tail -n 40
 echo "rc=${PIPESTATUS[0]}"
+[ -n "${COST_NOPROF:-}" ] && exit 0
 {
   timeout -k 5 100 python3 scripts/gpu/ledger_cupti_cost.py prof "$dest" cuda_core off auto bare
   timeout -k 5 60 python3 scripts/gpu/ledger_cupti_cost.py prof "$dest" numba auto
