@@ -24,26 +24,12 @@ def _target(out: Path, name: str) -> Path:
     return out / name if out.is_dir() else out
 
 
-def _require_run(run_dir: Path) -> None:
-    """An empty or foreign directory is a mistake in --run, not a run where nothing happened."""
-    from faulthunt.errors import UsageError
-    from faulthunt.rundir import Layout
-
-    marks = (Layout.RUN, Layout.SUMMARY, Layout.EVENTS_DIR, Layout.CONTROLLER, Layout.IDENTITY)
-    if not any((run_dir / name).exists() for name in marks):
-        raise UsageError(f"{run_dir} is not a faulthunt run directory (none of "
-                         f"{', '.join(marks)} is there)",
-                         fix="pass --run a directory `faulthunt stress` wrote (ls .faulthunt/runs), "
-                             "or leave --run out for the latest run")
-
-
 def run(args: argparse.Namespace) -> int:
     from faulthunt.errors import UsageError
     from faulthunt.report import FORMATS, build_model, render, write_reports
     from faulthunt.rundir import resolve_run_dir, write_text_atomic
 
     run_dir = resolve_run_dir(args.run)
-    _require_run(run_dir)
     out = args.output
     if args.format == "all":
         if out is None:
