@@ -90,12 +90,13 @@ def _run_count(run: RunDir, target: str) -> int:
     return int(step.group(2)) if step else 1
 
 
-def replay_plan(run_dir: Path | RunDir, nodeid: str) -> Replay:
-    """The replay of ``nodeid`` (a base or a recorded id) from the run's worker history.
+def replay_plan(run_dir: Path | RunDir, nodeid: str, given_in: str = "the command line") -> Replay:
+    """The replay of ``nodeid`` (a base or a recorded id, from ``given_in``) from the run's
+    worker history.
 
     Every id is checked to be a node id: a run directory is data that may have been edited.
     """
-    check_node_id(nodeid, "the command line")
+    check_node_id(nodeid, given_in)
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     found = _history(run, nodeid)
     if found is None:  # never ran in this run: alone, as given
@@ -108,10 +109,10 @@ def replay_plan(run_dir: Path | RunDir, nodeid: str) -> Replay:
     return Replay(target, preds, _run_count(run, target), run.rootdir())
 
 
-def predecessors(run_dir: Path | RunDir, nodeid: str) -> list[str]:
+def predecessors(run_dir: Path | RunDir, nodeid: str, given_in: str = "the command line") -> list[str]:
     """The tests that ran before ``nodeid`` in the worker process where it first failed (else
     where it first ran). ``nodeid`` may be a base id (``t.py::test_a`` for ``t.py::test_a[3-5]``)."""
-    return list(replay_plan(run_dir, nodeid).predecessors)
+    return list(replay_plan(run_dir, nodeid, given_in).predecessors)
 
 
 def ddmin(items: Sequence[str], fails: Probe) -> list[str]:
