@@ -342,3 +342,22 @@ def test_a_tool_that_cannot_check_says_where_it_said_why(tmp_path, project, caps
     assert "KeyError: 'STANDIN_ARGV_LOG'" in (run / "sanitizer" / "logs" / "001-memcheck.pytest.log").read_text()
     assert ("CUDA_VISIBLE_DEVICES='' hides every GPU: compute-sanitizer checks GPU work only" in err
             and "run `faulthunt sanitize` on the GPU machine" in err)
+
+
+@pytest.mark.slow
+def test_a_secret_the_rerun_prints_is_redacted_in_its_log(tmp_path, project):
+    """The reruns' pytest output (sanitizer/logs/*.pytest.log) holds what the test printed and
+    its assertion: a token there stayed in the run directory (an uploaded artifact) unredacted."""
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    (project / "test_leak.py").write_text(
+        "import os\n\ndef test_leak():\n    print('token', os.environ['U6_TOKEN'])\n"
+        "    assert False, 'leak ' + os.environ['U6_TOKEN']\n")
+    env = dict(standin_env(tmp_path), U6_TOKEN=token)
+    result = run_sanitize(None, env=env, tests=["test_leak.py::test_leak"], count=1, quiet=True,
+                          cwd=project)
+    logs = list((result.out_dir / "logs").glob("*.pytest.log"))
+    assert logs and result.outcomes[0].outcome == "reproduced_silent"
+    for path in result.out_dir.rglob("*"):
+        if path.is_file():
+            assert token not in path.read_text(errors="replace"), path
+    assert "token <redacted>" in logs[0].read_text()
