@@ -151,12 +151,16 @@ def shown_id(nodeid: str, rootdir: str | None, cwd: Path) -> str:
 
 def _short_summary(stdout: str, targets: Sequence[str]) -> set[str]:
     """The words of pytest's short summary (``-rfEp``) about exactly the target (any of the
-    forms in ``targets``)."""
+    forms in ``targets``). A failed subtest (pytest's ``SUBFAILED(i=1) t.py::test_a - ...``,
+    pytest-subtests' ``SUBFAIL t.py::test_a (i=1) - ...``) fails its test, whose own line then
+    says PASSED: it counts as FAILED, as in a stress run."""
     words = set()
     for line in stdout.splitlines():
         word, _, rest = line.partition(" ")
+        if word.startswith("SUBFAIL"):
+            word = "FAILED"
         if word in ("FAILED", "ERROR", "PASSED") and any(
-                rest == t or rest.startswith(t + " - ") for t in targets):
+                rest == t or rest.startswith((t + " - ", t + " (")) for t in targets):
             words.add(word)
     return words
 
