@@ -55,7 +55,7 @@ def _failing_rows(summary: Mapping[str, Any], mapping: Iterable[MappingEntry]) -
     xid_by_test: dict[str, Counter[str]] = {}
     for x in summary.get("xids", []):
         xid_by_test.setdefault(str(x.get("base_nodeid")), Counter())[str(x.get("xid"))] += 1
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in failing:
         outs = ", ".join(f"{k} {v}" for k, v in r["outcomes"].items() if k != "passed")
         xs = ", ".join(f"{k}x{v}" if v > 1 else k
