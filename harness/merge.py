@@ -27,7 +27,7 @@ import msgspec
 from faulthunt.errors import RunDirError, UsageError
 from faulthunt.records.documents import Identity, RunInfo
 from faulthunt.redact import redact_argv, redact_json
-from faulthunt.rundir import (Layout, RunDir, append_jsonl, read_jsonl, write_json_atomic,
+from faulthunt.rundir import (Layout, RunDir, append_jsonl, read_jsonl, require_run, write_json_atomic,
                               write_run_info, write_text_atomic)
 from faulthunt.scrub import copy_scrubbed
 
@@ -136,6 +136,7 @@ def merge_runs(run_dirs: list[Path], out: Path, *, force: bool = False) -> dict[
         if not run.is_dir():
             raise RunDirError(f"run directory {run} not found",
                               fix="give the run directories each runner uploaded (unpack the artifacts first)")
+        require_run(run)
     _check_out(out, run_dirs, force)
     run_dirs, duplicates = _unique_runs(run_dirs)
     for sub in (Layout.EVENTS_DIR, Layout.LEDGER_DIR, "runners"):

@@ -44,7 +44,7 @@ from typing import IO, Any, TypeVar, cast
 
 import msgspec
 
-from faulthunt.errors import RunDirError
+from faulthunt.errors import RunDirError, UsageError
 from faulthunt.records import codec
 from faulthunt.records.codec import Doc, Problem
 from faulthunt.records.documents import (Identity, KmsgCursorDoc, MappingEntry, RunInfo,
@@ -167,11 +167,29 @@ def resolve_run_dir(run: str | Path | None = None, base: Path | str | None = Non
         return target
     candidate = Path(run)
     if candidate.is_dir():
-        return candidate
+        return require_run(candidate)
     if (base_path / str(run)).is_dir():
-        return base_path / str(run)
+        return require_run(base_path / str(run))
     raise RunDirError(f"run directory {run} not found (also looked in {base_path})",
                       fix="pass --run with a run directory path or an id under .faulthunt/runs")
+
+
+#: files and folders of which a run directory holds at least one (``create_run_dir`` makes the
+#: two folders at once; the plugin alone, stress, merge and a kit's copy write the rest)
+RUN_MARKS = (Layout.RUN, Layout.SUMMARY, Layout.EVENTS_DIR, Layout.LEDGER_DIR, Layout.CONTROLLER,
+             Layout.IDENTITY, Layout.XID, Layout.SANITIZER_DIR)
+
+
+def require_run(path: Path) -> Path:
+    """``path`` when it looks like a run directory. An empty or foreign directory given as --run
+    is a mistake, not a run where nothing happened: reading it would report "no failures" and
+    writing into it (mapping.json, reports) would litter someone's folder."""
+    if not any((path / name).exists() for name in RUN_MARKS):
+        raise UsageError(f"{path} is not a faulthunt run directory (none of "
+                         f"{', '.join(RUN_MARKS)} is there)",
+                         fix="pass --run a directory `faulthunt stress` wrote (ls .faulthunt/runs), "
+                             "or leave --run out for the latest run")
+    return path
 
 
 # --- writing -----------------------------------------------------------------------------------

@@ -254,8 +254,10 @@ def plain_selection(plan: KitPlan, nodeid: str) -> list[str]:
 
 
 def script_name(base_nodeid: str, taken: set[str]) -> str:
-    """``repro_<test>.py`` with a file-system-safe, unique ``<test>`` from the node id."""
-    func = base_nodeid.split("::")[-1]
+    """``repro_<test>.py`` with a file-system-safe, unique ``<test>`` from the node id: the test's
+    name and its parameters (a parameter may hold ``::`` and ``/``: it is split off first)."""
+    name_part, bracket, params = base_nodeid.partition("[")
+    func = name_part.split("::")[-1] + (f"_{params}" if bracket else "")
     slug = re.sub(r"[^A-Za-z0-9_]+", "_", func).strip("_")[:60] or "test"
     name = f"repro_{slug}.py"
     if name in taken:  # same function name in two files or params: disambiguate stably

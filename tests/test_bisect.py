@@ -147,3 +147,20 @@ def test_bisect_refuses_dirty_tree(tmp_path: Path) -> None:
     assert "uncommitted changes" in p.stderr and "git stash" in p.stderr, p.stderr
     assert (repo / "test_s.py").read_text() == "# my unsaved edit\n"
     assert g("rev-parse", "HEAD").strip() == shas[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["good", "bad"])
+def test_bisect_refuses_an_unknown_ref_before_any_run(tmp_path: Path, which: str) -> None:
+    """`--good v1.2` not fetched: `git bisect start BAD GOOD` took the unknown ref as a path, and
+    after calibrating the bad side the bisection said "did not name a first bad commit ... check
+    the oracle command exits 0, 1 or 125"."""
+    repo, shas, g = _scratch_repo(tmp_path, 2, 1)
+    refs = {"good": shas[0], "bad": shas[-1], which: "v9.9-not-fetched"}
+    p = subprocess.run([sys.executable, "-m", "faulthunt", "bisect", "--good", refs["good"], "--bad", refs["bad"],
+                        "--repo", str(repo), "--base", str(tmp_path / "runs"), "--", "test_s.py::test_s"],
+                       cwd=repo, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert f"--{which} v9.9-not-fetched: not a commit in {repo}" in p.stderr and "git fetch" in p.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing ran
+    assert g("rev-parse", "HEAD").strip() == shas[-1] and not (repo / ".git" / "BISECT_LOG").exists()

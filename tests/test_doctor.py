@@ -239,3 +239,13 @@ def test_sanitize_parse_errors_name_the_subcommand(tmp_path: Path,
 
     assert main(["sanitize", "parse", str(tmp_path / "missing.log")]) == 3
     assert capsys.readouterr().err.startswith("faulthunt sanitize parse: cannot read ")
+
+
+def test_a_lib_that_does_not_exist_is_named(tmp_path, capsys):
+    """`--lib PATH` with a typo read "1 CUDA libraries not checked for SASS/PTX: cuobjdump not
+    found" (or an empty verdict with cuobjdump), never that the file is not there."""
+    from faulthunt.cli import main
+
+    assert main(["doctor", "--lib", str(tmp_path / "libcudnn.so.9"), "--no-wheels"]) == 3
+    err = capsys.readouterr().err
+    assert f"--lib {tmp_path / 'libcudnn.so.9'}: no such file" in err and "fix:" in err

@@ -98,3 +98,35 @@ def test_a_real_leak_is_named_with_its_counts() -> None:
     res = isolate("t", ["a", "b", "c", "d"], probe)
     assert res["minimal"] == ["c"] and res["after_minimal"] == {"failed": 3, "runs": 3}
     assert res["confidence"] == 0.95 and "confidence 95%" in res["reading"]
+
+
+SUBTEST_SUITE = '''
+import unittest
+
+
+class TestSub(unittest.TestCase):
+    def test_sub(self):
+        for i in range(3):
+            with self.subTest(i=i):
+                self.assertNotEqual(i, 1)
+'''
+
+
+def test_a_failed_subtest_fails_the_probe() -> None:
+    """pytest prints `SUBFAILED(i=1) id - ...` and then `PASSED id` for the test itself: the
+    probe read only PASSED and isolate said "did not reproduce" of a test failing every run."""
+    from faulthunt.hunt.isolate import _short_summary
+
+    t = "t.py::TestSub::test_sub"
+    assert _short_summary(f"SUBFAILED(i=1) {t} - AssertionError: 1 == 1\nPASSED {t}\n", [t]) == {
+        "FAILED", "PASSED"}
+    assert _short_summary(f"SUBFAIL {t} (i=1) - AssertionError\nPASSED {t}\n", [t]) == {"FAILED", "PASSED"}
+    assert _short_summary(f"SUBFAILED(i=1) {t}2 - x\nPASSED {t}\n", [t]) == {"PASSED"}
+
+
+@pytest.mark.slow
+def test_isolate_a_unittest_with_a_failing_subtest(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text(SUBTEST_SUITE)
+    target = "t.py::TestSub::test_sub"
+    res = isolate(target, [], pytest_probe(target, cwd=tmp_path, repeats=1))
+    assert res["alone"] == {"failed": 1, "runs": 1}

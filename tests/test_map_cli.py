@@ -191,3 +191,18 @@ def test_map_addresses_from_stdin_and_bad_line_says_which(run_dir, monkeypatch, 
 def test_map_addresses_missing_file_is_input_error(run_dir, tmp_path, capsys):
     assert main(["map", "--ledger", str(run_dir / "ledger"), "--addresses", str(tmp_path / "nope")]) == 3
     assert "cannot read addresses" in capsys.readouterr().err
+
+
+def test_a_run_that_cannot_be_written_still_gets_its_mapping(tmp_path, capsys):
+    """A read-only run (an unpacked artifact): the mapping is shown, then mapping.json's failure
+    is a warning (it used to end the command with only the write error, the mapping unseen)."""
+    from faulthunt.cli import main
+    from faulthunt.rundir import create_run_dir
+
+    run = create_run_dir(tmp_path / "r")
+    (run / "mapping.json").mkdir()  # unwritable, as a read-only directory is to root too
+    (run / "mapping.json" / "keep").write_text("x")
+    assert main(["map", "--run", str(run)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "no Xid 31 and no sanitizer finding with an address in this run\n"
+    assert f"faulthunt map: not written: cannot write {run / 'mapping.json'}" in err

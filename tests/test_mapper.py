@@ -222,8 +222,10 @@ def test_pid_selects_the_process_and_unknown_pid_is_a_clear_error():
     L = build_ledger([alloc(BASE, 4096, 1.0, pid=1), alloc(BASE + MiB * 100, 4096, 1.0, pid=2)])
     assert map_address(L, BASE + 5, pid=1).verdict == "inside"
     assert map_address(L, BASE + 5, pid=2).verdict == "unmapped"
-    with pytest.raises(InputError, match="no records for pid 3"):
+    with pytest.raises(InputError, match="no records for pid 3") as err:
         map_address(L, BASE, pid=3)
+    # the fix never says "pass --pid" to someone who just did
+    assert err.value.fix is not None and err.value.fix.startswith("leave --pid out to try every pid")
 
 
 def test_without_pid_best_explanation_wins_and_says_so():

@@ -188,6 +188,27 @@ def test_stress_summary_table_prints_exact_ids(tmp_path: Path) -> None:
     assert "test_p[x/y]" in text and "test_p[[bold]]" in text and "test_p[a b]" in text
 
 
+@pytest.mark.parametrize("width", [80, 60])
+def test_a_narrow_terminal_gets_every_id_whole_on_its_line(tmp_path: Path, width: int) -> None:
+    """On an 80-column terminal the table folded each id into 11-character pieces (and the
+    interval into "20.7%-100.0" over "%"): no id could be read or copied. Too narrow for the table,
+    the tests are listed, each id whole on its own line, its figures under it."""
+    from rich.console import Console
+
+    from faulthunt.report.terminal import render_summary
+
+    run = hostile_run(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    console = Console(file=io.StringIO(), width=width, record=True, color_system=None, highlight=False)
+    render_summary(summary, run, console)
+    lines = console.export_text().splitlines()
+    assert lines[0] == "failing tests:" and "┃" not in "".join(lines)
+    for nodeid in ("tests/test_h.py::test_p[x/y]", "tests/test_h.py::test_p[[bold]]",
+                   "tests/test_h.py::test_p[a b]", "tests/test_h.py::test_p[new\\nline]"):
+        i = lines.index(f"  {nodeid}")
+        assert lines[i + 1].startswith("      1 of 1 runs, 100.0% (20.7%-100.0%); failed 1")
+
+
 def test_sanitizer_table_prints_exact_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     from faulthunt.report import sanitize as san_render
 

@@ -244,3 +244,23 @@ def test_notes_keep_their_code_spans_in_markdown() -> None:
     assert "<code>-- -p randomly --randomly-seed=7</code>" in html
     assert "t.py::test_a[*x*|y]" in html and "<em>" not in html
     assert "<code>-- -p randomly --randomly-seed=7</code>" in render(m, "html")
+
+
+@pytest.mark.parametrize("fmt", ["all", "html"])
+def test_a_run_directory_that_cannot_be_written_gets_the_fix_minus_o(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    """A read-only run (an unpacked artifact, someone else's) can still be reported: the fix
+    says -o DIR (it said "make its directory writable (a file in the way of a directory?)")."""
+    from faulthunt.cli import main
+    from faulthunt.rundir import create_run_dir, write_json_atomic
+
+    run = create_run_dir(tmp_path / "run")
+    write_json_atomic(run / "summary.json", {"tests_run": 1, "passed": 1})
+    for name in ("report.md", "report.html"):  # unwritable, as a read-only directory is to root too
+        (run / name).mkdir()
+        (run / name / "keep").write_text("x")
+    assert main(["report", "--run", str(run), "--format", fmt]) == 3
+    assert "fix: write it elsewhere: -o DIR (or -o - for stdout)" in capsys.readouterr().err
+    (tmp_path / "out").mkdir()
+    assert main(["report", "--run", str(run), "--format", fmt, "-o", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "report.html").is_file()

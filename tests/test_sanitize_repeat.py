@@ -322,8 +322,10 @@ def test_the_budget_stops_everything(tmp_path, project):
 
 def test_a_hostile_recorded_id_is_refused_before_anything_runs(tmp_path, project):
     run = stress_run(tmp_path, project, [("--basetemp=/tmp/victim", "--basetemp=/tmp/victim")], {})
-    with pytest.raises(UsageError, match="is not a test node id"):
+    with pytest.raises(UsageError, match="is not a test node id") as err:
         run_sanitize(run, env=env_for(tmp_path), quiet=True)
+    # it says where the id came from: the run (it said "from the command line", which named none)
+    assert f"(from the run {run.resolve()})" in err.value.message
     assert not (tmp_path / "argv.jsonl").exists() or all("--basetemp" not in " ".join(a) for a in invocations(tmp_path))
 
 

@@ -318,3 +318,46 @@ def test_a_test_that_no_longer_exists(tmp_path, project):
     result = run_sanitize(run, tests=["test_k.py::test_renamed"], env=standin_env(tmp_path), quiet=True)
     assert result.tests[0]["exit_status"] == 4 and exit_status(result) == 4
     assert "not checked: pytest could not run the test (exit 4" in result.outcomes[0].text
+
+
+@pytest.mark.slow
+def test_a_tool_that_cannot_check_says_where_it_said_why(tmp_path, project, capsys, monkeypatch):
+    """compute-sanitizer failing before it checks anything (here: the stand-in missing its
+    environment; on a machine without a GPU, the real one cannot start its target's CUDA): each
+    test's line names the log holding what the tool printed, the verdict no longer points at
+    "the notes" that were empty, and no GPU is said up front with what to do."""
+    run = stress_run(tmp_path, project)
+    env = standin_env(tmp_path)
+    del env["STANDIN_ARGV_LOG"]  # the stand-in dies with a traceback, as a broken tool would
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("STANDIN_ARGV_LOG", raising=False)
+    assert main(["sanitize", "--run", str(run), "--count", "1", "--tool", "memcheck"]) == 4
+    out, err = capsys.readouterr()
+    assert "see the notes" not in out
+    assert "each test's line says why, and names the log holding the tool's own output" in out
+    summary = (run / "sanitizer" / "sanitizer_summary.txt").read_text()
+    assert "no compute-sanitizer output (what it printed: sanitizer/logs/001-memcheck.pytest.log" in summary
+    assert "KeyError: 'STANDIN_ARGV_LOG'" in (run / "sanitizer" / "logs" / "001-memcheck.pytest.log").read_text()
+    assert ("CUDA_VISIBLE_DEVICES='' hides every GPU: compute-sanitizer checks GPU work only" in err
+            and "run `faulthunt sanitize` on the GPU machine" in err)
+
+
+@pytest.mark.slow
+def test_a_secret_the_rerun_prints_is_redacted_in_its_log(tmp_path, project):
+    """The reruns' pytest output (sanitizer/logs/*.pytest.log) holds what the test printed and
+    its assertion: a token there stayed in the run directory (an uploaded artifact) unredacted."""
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    (project / "test_leak.py").write_text(
+        "import os\n\ndef test_leak():\n    print('token', os.environ['U6_TOKEN'])\n"
+        "    assert False, 'leak ' + os.environ['U6_TOKEN']\n")
+    env = dict(standin_env(tmp_path), U6_TOKEN=token)
+    result = run_sanitize(None, env=env, tests=["test_leak.py::test_leak"], count=1, quiet=True,
+                          cwd=project)
+    logs = list((result.out_dir / "logs").glob("*.pytest.log"))
+    assert logs and result.outcomes[0].outcome == "reproduced_silent"
+    for path in result.out_dir.rglob("*"):
+        if path.is_file():
+            assert token not in path.read_text(errors="replace"), path
+    assert "token <redacted>" in logs[0].read_text()

@@ -317,3 +317,27 @@ def test_probe_is_bounded_even_when_the_lookup_hangs(monkeypatch: pytest.MonkeyP
         release.set()
     monkeypatch.undo()
     assert session.probe_tcp("127.0.0.1", _closed_port(), 5) == "Connection refused"
+
+
+@needs_tmux
+@pytest.mark.slow
+def test_session_stages_named_tests_of_a_run_without_failures(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal's fix ("pass --test NODEID") works on session as written: it used to name an
+    option only `faulthunt stage` had."""
+    from faulthunt.cli import main
+    from faulthunt.rundir import create_run_dir, write_json_atomic
+
+    project = make_project(tmp_path)
+    run = create_run_dir(tmp_path / "green")
+    write_json_atomic(run / "run.json", {"id": "green", "cwd": str(project), "pytest_args": ["."]})
+    write_json_atomic(run / "summary.json", {"tests_run": 3, "passed": 3, "failures": []})
+    kit = tmp_path / "kit"
+    assert main(["session", "--run", str(run), "--kit", str(kit), "--timeout", "5"]) == 2
+    assert "fix: pass --test NODEID" in capsys.readouterr().err
+    assert main(["session", "--run", str(run), "--kit", str(kit), "--timeout", "30", "--name", "fhtest",
+                 "--test", "test_hostile.py::test_h[a b]"]) == 0
+    try:
+        assert (kit / "tests.txt").read_text().splitlines() == ['"test_hostile.py::test_h[a b]"']
+    finally:
+        close_session(plan_session(kit, name="fhtest", use_tmate=False))

@@ -220,6 +220,14 @@ def test_script_names_are_safe_and_unique() -> None:
     assert a != b and all(c.isalnum() or c in "_." for c in a + b)
 
 
+def test_script_names_keep_the_test_name_of_a_parameter_with_colons() -> None:
+    """`test_ids[a::b]` was staged as repro_b.py (the id split at the parameter's `::`)."""
+    taken: set[str] = set()
+    assert script_name("t.py::test_ids[a::b]", taken) == "repro_test_ids_a_b.py"
+    assert script_name("t.py::TestK::test_m[x/y::z]", taken) == "repro_test_m_x_y_z.py"
+    assert script_name("t.py::TestK::test_m", taken) == "repro_test_m.py"
+
+
 def test_cli_stage(hostile, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     tmp, project, run, kit, nodeids = hostile
     assert main(["stage", "--run", str(run), str(kit)]) == 0

@@ -78,6 +78,21 @@ def _check_clean(repo: Path) -> None:
                          fix="commit them or `git stash`, then rerun faulthunt bisect (and `git stash pop` after)")
 
 
+def _check_refs(repo: Path, **refs: str) -> None:
+    """Refuse a ref git does not know before calibrating: `git bisect start BAD GOOD` reads an
+    unknown GOOD as a path and the bisection ended in "did not name a first bad commit"."""
+    import subprocess
+
+    from faulthunt.errors import UsageError
+    for option, ref in refs.items():
+        p = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+                           cwd=repo, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise UsageError(f"--{option} {ref}: not a commit in {repo}",
+                             fix="name a branch, tag or commit that `git log` shows (fetch it first: "
+                                 "`git fetch --tags`)")
+
+
 def _package(args: argparse.Namespace, tests: list[str], base: Path) -> int:
     from faulthunt.hunt.bisect import bisect_list, plan_runs
     from faulthunt.hunt.pkgbisect import PackageBisect, index_versions, select_range, sort_versions
@@ -130,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("need --good and --bad (git refs) or --package NAME",
                          fix="faulthunt bisect --good v1.2 --bad HEAD -- TESTS")
     _check_clean(args.repo)
+    _check_refs(args.repo, good=args.good, bad=args.bad)
     # back to the branch (not a detached sha) after calibrating, when on one
     head = git(args.repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
     if head == "HEAD":

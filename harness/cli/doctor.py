@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import IO, Any
 
 from faulthunt.archcheck import parse_arch
+from faulthunt.errors import InputError
 
 HELP = "check GPUs, driver, CUDA, tools, kernel-log and ptrace access, and library SASS/PTX coverage"
 
@@ -87,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
     from faulthunt.identity import collect_full
 
     ccs = [parse_arch(cc).cc for cc in args.cc]  # InputError with a fix for a bad --cc
+    for lib in args.lib or ():
+        if not Path(lib).is_file():  # it read "1 CUDA libraries not checked: cuobjdump not found"
+            raise InputError(f"--lib {lib}: no such file",
+                             fix="give the path of a CUDA library (.so), e.g. from `ldd`; --pid PID "
+                                 "checks every library a running process has loaded")
     full = collect_full(libraries=args.lib, pids=args.pid, device_ccs=ccs or None,
                         scan_wheels=not args.no_wheels)
     if args.json:

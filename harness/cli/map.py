@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from faulthunt.ledger.reader import load_ledger
-    from faulthunt.mapper import map_each, map_run, parse_address
+    from faulthunt.mapper import map_each, map_run_entries, parse_address
     from faulthunt.rundir import Layout, RunDir, resolve_run_dir
 
     queries: list[tuple[int, int | None, float | None]] = [
@@ -48,8 +48,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         run_dir = resolve_run_dir(args.run)
         if not queries and args.addresses_from is None:
-            entries = map_run(run_dir)
-            _emit_run(entries, run_dir / Layout.MAPPING, args.json, sys.stdout)
+            entries = map_run_entries(RunDir(run_dir))
+            _emit_run(entries, args.json, sys.stdout)
+            _write_mapping(run_dir / Layout.MAPPING, entries, quiet=args.json)
             return 0
         ledger = load_ledger(RunDir(run_dir).ledger_dir())
     if not queries and args.addresses_from is None:
@@ -138,7 +139,7 @@ def _json(obj: dict[str, Any]) -> str:
         return json.dumps(obj, default=str)
 
 
-def _emit_run(entries: list[dict[str, Any]], path: Path, as_json: bool, out: IO[str]) -> None:
+def _emit_run(entries: list[dict[str, Any]], as_json: bool, out: IO[str]) -> None:
     if as_json:
         for e in entries:
             out.write(json.dumps(e) + "\n")
@@ -149,7 +150,24 @@ def _emit_run(entries: list[dict[str, Any]], path: Path, as_json: bool, out: IO[
         head = (f"[xid 31, seq {e.get('seq')}]" if e.get("origin") == "xid"
                 else f"[sanitizer {e.get('kind')} in {e.get('kernel')}]")
         out.write(f"{head} {render(e)}\n")
-    out.write(f"written: {path}\n")
+    out.flush()
+
+
+def _write_mapping(path: Path, entries: list[dict[str, Any]], *, quiet: bool) -> None:
+    """``mapping.json`` after the mapping is shown: a run directory that cannot be written
+    (read-only, an unpacked artifact) still gets its mapping on stdout, with a warning."""
+    from faulthunt.rundir import DiskFullError, RunDirError, write_json_atomic
+
+    try:
+        write_json_atomic(path, entries)
+    except DiskFullError:
+        raise
+    except RunDirError as exc:
+        print(f"faulthunt map: not written: {exc.message} (the mapping above is complete; "
+              "--json prints it as JSON lines)", file=sys.stderr)
+        return
+    if not quiet:
+        print(f"written: {path}")
 
 
 def _t(t: float | None) -> str:

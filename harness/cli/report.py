@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 HELP = "write the issue-ready report of a run: Markdown, JSON, or HTML with a timeline"
@@ -24,30 +26,18 @@ def _target(out: Path, name: str) -> Path:
     return out / name if out.is_dir() else out
 
 
-def _require_run(run_dir: Path) -> None:
-    """An empty or foreign directory is a mistake in --run, not a run where nothing happened."""
-    from faulthunt.errors import UsageError
-    from faulthunt.rundir import Layout
-
-    marks = (Layout.RUN, Layout.SUMMARY, Layout.EVENTS_DIR, Layout.CONTROLLER, Layout.IDENTITY)
-    if not any((run_dir / name).exists() for name in marks):
-        raise UsageError(f"{run_dir} is not a faulthunt run directory (none of "
-                         f"{', '.join(marks)} is there)",
-                         fix="pass --run a directory `faulthunt stress` wrote (ls .faulthunt/runs), "
-                             "or leave --run out for the latest run")
-
-
 def run(args: argparse.Namespace) -> int:
     from faulthunt.errors import UsageError
     from faulthunt.report import FORMATS, build_model, render, write_reports
     from faulthunt.rundir import resolve_run_dir, write_text_atomic
 
     run_dir = resolve_run_dir(args.run)
-    _require_run(run_dir)
     out = args.output
     if args.format == "all":
         if out is None:
-            for path in write_reports(run_dir):
+            with _elsewhere_on_failure():
+                paths = write_reports(run_dir)
+            for path in paths:
                 print(path)
             return 0
         if str(out) == "-" or (out.exists() and not out.is_dir()):
@@ -63,7 +53,27 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     name = FORMATS[args.format]
-    out = run_dir / name if out is None else _target(out, name)
+    if out is None:
+        with _elsewhere_on_failure():
+            write_text_atomic(run_dir / name, text)
+        print(run_dir / name)
+        return 0
+    out = _target(out, name)
     write_text_atomic(out, text)
     print(out)
     return 0
+
+
+@contextlib.contextmanager
+def _elsewhere_on_failure() -> Iterator[None]:
+    """A run directory that cannot be written (read-only, an unpacked artifact, someone else's):
+    the report can still be written elsewhere, and the fix says how."""
+    from faulthunt.rundir import DiskFullError, RunDirError
+
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except RunDirError as exc:
+        raise RunDirError(exc.message, fix="write it elsewhere: -o DIR (or -o - for stdout), "
+                                           "or make the run directory writable") from exc

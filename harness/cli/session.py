@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "unless --kit names an existing kit")
     parser.add_argument("--kit", type=Path, default=None,
                         help=f"the kit directory (default {DEFAULT_KIT_DIR}; staged when missing)")
+    parser.add_argument("--test", action="append", default=None, metavar="NODEID",
+                        help="stage these tests instead of the run's failures (repeatable), as "
+                             "`faulthunt stage --test`")
     parser.add_argument("--name", default="faulthunt", help="tmux session name")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--tmate", dest="tmate", action="store_true", default=None,
@@ -45,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from faulthunt.stage import DEFAULT_KIT_DIR, stage
 
     kit = args.kit or DEFAULT_KIT_DIR
-    if args.run is not None or not (kit / "run_reproducer.sh").exists():
-        stage(resolve_run_dir(args.run), kit)
+    if args.run is not None or args.test or not (kit / "run_reproducer.sh").exists():
+        stage(resolve_run_dir(args.run), kit, tests=args.test)
     plan = plan_session(kit, name=args.name, use_tmate=args.tmate,
                         authorized_keys=args.authorized_keys, allow_open=args.allow_open,
                         timeout=args.timeout, start_reproducer=args.start, count=args.count)

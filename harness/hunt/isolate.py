@@ -20,12 +20,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from faulthunt.errors import FaulthuntError, UsageError
+from faulthunt.hunt.replay import TRACE_ENV
 from faulthunt.nodeids import check_node_id, pytest_selection
 from faulthunt.records.documents import RunInfo
 from faulthunt.records.run import TestSpan
@@ -86,12 +90,13 @@ def _run_count(run: RunDir, target: str) -> int:
     return int(step.group(2)) if step else 1
 
 
-def replay_plan(run_dir: Path | RunDir, nodeid: str) -> Replay:
-    """The replay of ``nodeid`` (a base or a recorded id) from the run's worker history.
+def replay_plan(run_dir: Path | RunDir, nodeid: str, given_in: str = "the command line") -> Replay:
+    """The replay of ``nodeid`` (a base or a recorded id, from ``given_in``) from the run's
+    worker history.
 
     Every id is checked to be a node id: a run directory is data that may have been edited.
     """
-    check_node_id(nodeid, "the command line")
+    check_node_id(nodeid, given_in)
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     found = _history(run, nodeid)
     if found is None:  # never ran in this run: alone, as given
@@ -104,10 +109,10 @@ def replay_plan(run_dir: Path | RunDir, nodeid: str) -> Replay:
     return Replay(target, preds, _run_count(run, target), run.rootdir())
 
 
-def predecessors(run_dir: Path | RunDir, nodeid: str) -> list[str]:
+def predecessors(run_dir: Path | RunDir, nodeid: str, given_in: str = "the command line") -> list[str]:
     """The tests that ran before ``nodeid`` in the worker process where it first failed (else
     where it first ran). ``nodeid`` may be a base id (``t.py::test_a`` for ``t.py::test_a[3-5]``)."""
-    return list(replay_plan(run_dir, nodeid).predecessors)
+    return list(replay_plan(run_dir, nodeid, given_in).predecessors)
 
 
 def ddmin(items: Sequence[str], fails: Probe) -> list[str]:
@@ -146,12 +151,16 @@ def shown_id(nodeid: str, rootdir: str | None, cwd: Path) -> str:
 
 def _short_summary(stdout: str, targets: Sequence[str]) -> set[str]:
     """The words of pytest's short summary (``-rfEp``) about exactly the target (any of the
-    forms in ``targets``)."""
+    forms in ``targets``). A failed subtest (pytest's ``SUBFAILED(i=1) t.py::test_a - ...``,
+    pytest-subtests' ``SUBFAIL t.py::test_a (i=1) - ...``) fails its test, whose own line then
+    says PASSED: it counts as FAILED, as in a stress run."""
     words = set()
     for line in stdout.splitlines():
         word, _, rest = line.partition(" ")
+        if word.startswith("SUBFAIL"):
+            word = "FAILED"
         if word in ("FAILED", "ERROR", "PASSED") and any(
-                rest == t or rest.startswith(t + " - ") for t in targets):
+                rest == t or rest.startswith((t + " - ", t + " (")) for t in targets):
             words.add(word)
     return words
 
@@ -188,16 +197,50 @@ def pytest_probe(target: str, *, cwd: Path, repeats: int = 3, python: str | None
 
     def once(preds: Sequence[str]) -> bool:
         argv = probe_argv(target, preds, count, python, rootdir=rootdir, cwd=cwd)
-        p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+        with tempfile.TemporaryDirectory(prefix="faulthunt-probe-") as tmp:
+            trace = Path(tmp) / "started"
+            p = subprocess.run(argv, cwd=cwd, env={**env, TRACE_ENV: str(trace)},
+                               capture_output=True, text=True)
+            last = _last_started(trace)
         said = _short_summary(p.stdout, forms)
         if p.returncode not in (0, 1) or not said:
-            raise FaulthuntError(f"pytest exited {p.returncode} without running {target}:\n"
-                                 f"{p.stdout[-1500:]}{p.stderr[-500:]}",
-                                 fix="check the test still exists (`pytest --collect-only -q`) and "
-                                     "that --cwd is the directory the run was started from")
+            if p.returncode != 0 and not said and last in forms:
+                return True  # the target took its process down (a crash is its failure)
+            raise _probe_error(p, target, last)
         return bool(said & {"FAILED", "ERROR"})
 
     return CountingProbe(once, repeats)
+
+
+def _last_started(trace: Path) -> str | None:
+    """The last test id the probe's replay plugin saw start (None: none started)."""
+    try:
+        lines = trace.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return lines[-1] if lines else None
+
+
+def _exit_text(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited {returncode}"
+
+
+def _probe_error(p: subprocess.CompletedProcess[str], target: str, last: str | None) -> FaulthuntError:
+    """Why a probe gave no verdict on ``target``: it never ran, or an earlier test crashed."""
+    output = f"{p.stdout[-1500:]}{p.stderr[-500:]}"
+    if last is not None and p.returncode != 0:
+        return FaulthuntError(
+            f"pytest {_exit_text(p.returncode)} while running {last}, before {target} ran:\n{output}",
+            fix=f"that test takes its process down by itself: run `faulthunt isolate {shlex.quote(last)}` "
+                "first, or stress it alone")
+    return FaulthuntError(f"pytest {_exit_text(p.returncode)} without running {target}:\n{output}",
+                          fix="check the test still exists (`pytest --collect-only -q`) and "
+                              "that --cwd is the directory the run was started from")
 
 
 class CountingProbe:

@@ -108,7 +108,8 @@ def render_verdict(outcomes: Sequence[SanitizeOutcome], findings: Sequence[Findi
         return "faulthunt sanitize: nothing to rerun"
     kinds = {o.outcome for o in outcomes}
     if kinds == {"not_checked"}:
-        return "faulthunt sanitize: could not check any test under compute-sanitizer (see the notes)"
+        return ("faulthunt sanitize: could not check any test under compute-sanitizer (each test's "
+                "line says why, and names the log holding the tool's own output)")
     if "reproduced_silent" in kinds:
         return ("faulthunt sanitize: the failure came back under the sanitizer with no sanitizer "
                 "record (see each test's line for the tools that see more)")

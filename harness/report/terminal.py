@@ -35,10 +35,36 @@ def render_summary(summary: Mapping[str, Any], run_dir: Path | None, console: An
 
         mapping = RunDir(run_dir).mapping()
     table = failing_table(summary, mapping or ())
-    if table is not None:
+    if table is not None and _fits(table, console):
         console.print(table)
+    elif table is not None:  # a narrow terminal: each id whole on its line, its figures under it
+        for line in failing_lines(summary, mapping or ()):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in summary_lines(summary, run_dir):
         console.print(line, markup=False, highlight=False, soft_wrap=True)  # paths and ids stay whole
+
+
+#: the failing-tests table's columns, in order
+COLUMNS = ("test", "k of n runs", "rate", "95% interval", "outcomes", "Xids", "mapping")
+
+
+def _failing_rows(summary: Mapping[str, Any], mapping: Iterable[MappingEntry]) -> list[tuple[str, ...]]:
+    """One plain-text row (the :data:`COLUMNS`) per test that failed or had Xids."""
+    failing = [r for r in summary.get("by_test", []) if r["failures"] or r["xids"]]
+    verdicts = _verdicts(summary, mapping)
+    xid_by_test: dict[str, Counter[str]] = {}
+    for x in summary.get("xids", []):
+        xid_by_test.setdefault(str(x.get("base_nodeid")), Counter())[str(x.get("xid"))] += 1
+    rows: list[tuple[str, ...]] = []
+    for r in failing:
+        outs = ", ".join(f"{k} {v}" for k, v in r["outcomes"].items() if k != "passed")
+        xs = ", ".join(f"{k}x{v}" if v > 1 else k
+                       for k, v in sorted(xid_by_test.get(r["base_nodeid"], Counter()).items()))
+        vs = ", ".join(sorted(set(verdicts.get(r["base_nodeid"], []))))
+        rows.append((visible(r["base_nodeid"]), f"{r['failures']} of {r['runs']}",
+                     f"{100 * r['rate']:.1f}%", interval_text(r["failures"], r["runs"], r["ci95"]) or "-",
+                     outs, xs or "-", vs or "-"))
+    return rows
 
 
 def failing_table(summary: Mapping[str, Any], mapping: Iterable[MappingEntry]) -> Any:
@@ -46,27 +72,34 @@ def failing_table(summary: Mapping[str, Any], mapping: Iterable[MappingEntry]) -
     from rich.markup import escape
     from rich.table import Table
 
-    failing = [r for r in summary.get("by_test", []) if r["failures"] or r["xids"]]
-    if not failing:
+    rows = _failing_rows(summary, mapping)
+    if not rows:
         return None
-    verdicts = _verdicts(summary, mapping)
-    xid_by_test: dict[str, Counter[str]] = {}
-    for x in summary.get("xids", []):
-        xid_by_test.setdefault(str(x.get("base_nodeid")), Counter())[str(x.get("xid"))] += 1
     table = Table(title="failing tests", show_lines=False)
-    for col in ("test", "k of n runs", "rate", "95% interval", "outcomes", "Xids", "mapping"):
+    for col in COLUMNS:
         table.add_column(col, overflow="fold")
-    for r in failing:
-        outs = ", ".join(f"{k} {v}" for k, v in r["outcomes"].items() if k != "passed")
-        xs = ", ".join(f"{k}x{v}" if v > 1 else k
-                       for k, v in sorted(xid_by_test.get(r["base_nodeid"], Counter()).items()))
-        vs = ", ".join(sorted(set(verdicts.get(r["base_nodeid"], []))))
+    for row in rows:
         # ids are data: rich would read "[x/y]" in test_p[x/y] as markup and drop it
-        table.add_row(escape(visible(r["base_nodeid"])), f"{r['failures']} of {r['runs']}",
-                      f"{100 * r['rate']:.1f}%",
-                      interval_text(r["failures"], r["runs"], r["ci95"]) or "-", escape(outs), escape(xs or "-"),
-                      escape(vs or "-"))
+        table.add_row(*(escape(cell) for cell in row))
     return table
+
+
+def failing_lines(summary: Mapping[str, Any], mapping: Iterable[MappingEntry]) -> list[str]:
+    """The table as lines, for a terminal too narrow for it: the id whole, its figures under it."""
+    out = ["failing tests:"]
+    for test, k_of_n, rate, interval, outs, xids, verdicts in _failing_rows(summary, mapping):
+        out.append(f"  {test}")
+        out.append(f"      {k_of_n} runs, {rate} ({interval}); {outs}; Xids {xids}; mapping {verdicts}")
+    return out
+
+
+def _fits(table: Any, console: Any) -> bool:
+    """Whether ``table`` fits the console without folding a cell (an id in 11-character pieces,
+    "20.7%-100.0" over "%": unreadable, and the id no longer copies whole)."""
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
+    return bool(natural <= console.width)
 
 
 def _verdicts(summary: Mapping[str, Any], mapping: Iterable[MappingEntry]) -> dict[str, list[str]]:

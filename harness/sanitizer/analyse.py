@@ -129,7 +129,8 @@ def silent_hint(tools_run: Sequence[str]) -> str:
 def _not_checked_reason(runs: Sequence[RunResult]) -> str:
     for r in runs:
         if r.tool_error:
-            return r.tool_error
+            logs = [str(r.meta[k]) for k in ("output", "log") if r.meta.get(k)]
+            return r.tool_error + (f" (what it printed: {', '.join(logs)})" if logs else "")
     if any(r.state == "skipped" for r in runs):
         return "the test skipped itself under the sanitizer"
     if runs and all(r.state == "cancelled" for r in runs):

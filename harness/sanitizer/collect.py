@@ -287,6 +287,7 @@ class Collector:
             return  # already finished (cancelled while it waited to be reaped)
         self.active.remove(a)
         a.output.close()
+        _scrub_in_place(self.s.out_dir / "logs" / f"{a.stem}.pytest.log")
         rc = a.proc.returncode
         secs = time.monotonic() - a.t0
         logs, tool = self.s.out_dir / "logs", a.lane.tool
@@ -349,3 +350,16 @@ class Collector:
             lane.silent += 1
             if lane.silent >= SILENT_STOP:
                 lane.stopped = "silent"
+
+
+def _scrub_in_place(path: Path) -> None:
+    """A rerun's output is the test's output (a token it printed, an assertion holding one):
+    it is redacted as stress redacts reproducer.log before the run directory keeps it."""
+    from faulthunt.scrub import scrub_file
+
+    tmp = path.with_name(f".{path.name}.scrub")
+    try:
+        scrub_file(path, tmp)
+        os.replace(tmp, path)
+    except OSError:  # no room, gone: the log as it is beats no log (the parse still reads it)
+        tmp.unlink(missing_ok=True)

@@ -271,7 +271,7 @@ def plan_targets(recorded: Sequence[Recorded], *, count: int | None = None, unti
         ids, mode, why = _ids_for(rec, ids_mode, have_repeat)
         planned, planned_why = planned_runs(count, until_found, rec.failures, rec.runs)
         failed_as = rec.exact[0] if rec.exact else rec.base
-        preds = predecessors(run, failed_as) if run is not None else []
+        preds = predecessors(run, failed_as, f"the run {run.path}") if run is not None else []
         sequence: tuple[str, ...] = ()
         if with_predecessors and preds and (have_repeat or not rec.exact):
             sequence, ids = tuple(preds), (failed_as,)

@@ -409,6 +409,10 @@ def run_sanitize(run_dir: Path | None, opts: SanitizeOptions | None = None, *,
                      f"test poisoned their worker): {', '.join(sel.collateral[:5])}")
     env = _rerun_env(base_env, rerun_dir, opts, sel, notes)
     _announce(say, info, sel, opts)
+    no_gpu = _no_gpu_note(env)
+    if no_gpu:
+        say(no_gpu)
+        notes.append(no_gpu)
 
     output = _Output(out_dir, info, sel, opts, notes)
     lanes = [Lane(t, tool) for t in sel.targets for tool in opts.tools()]
@@ -456,6 +460,23 @@ def _rerun_env(base: Mapping[str, str], rerun_dir: Path, opts: SanitizeOptions, 
         env.pop(var, None)
     _guard(env, sel.run_info, notes)
     return env
+
+
+def _no_gpu_note(env: Mapping[str, str]) -> str | None:
+    """Why these reruns cannot show a GPU fault on this machine (None: a GPU is visible)."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        why = f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+    else:
+        from faulthunt.nvml import device_count
+
+        if device_count() > 0:
+            return None
+        why = "no GPU is visible on this machine (NVML sees none)"
+    return (f"{why}: compute-sanitizer checks GPU work only, so here each test just fails or "
+            "passes as it does on the CPU (a 'sanitizer silent' or 'not reproduced' outcome is "
+            "unchecked); run `faulthunt sanitize` on the GPU machine (`faulthunt stage DIR` "
+            "makes a kit to carry there)")
 
 
 def _announce(say: Callable[[str], None], info: cmd.ToolInfo, sel: _Selection, opts: SanitizeOptions) -> None:
