@@ -229,3 +229,18 @@ def test_kit_copy_of_a_hang_dump_hides_secret_named_locals(tmp_path) -> None:
     assert copy_scrubbed(tmp_path / "run", tmp_path / "kit") == []
     dump = (tmp_path / "kit" / "hangs" / "gw0-1.py-spy.txt").read_text()
     assert "hunter2plainvalue" not in dump and "api_token: <redacted>" in dump
+
+
+@pytest.mark.parametrize("text", [
+    "E   AssertionError: leak ghp_abcdefg...",          # pytest's short summary cuts the message
+    "FAILED t.py::test_x - leak ghp_abcdefg…",          # the one-character ellipsis
+    "key sk-proj12...", "xoxb-1234...", "hf_AbCd...", "token github_pat_11AB...", "sk_live_4eC3...",
+])
+def test_a_token_cut_short_is_still_redacted(text):
+    out = redact_text(text)
+    assert REDACTED in out and not any(p in out for p in ("ghp_a", "sk-p", "xoxb-1", "hf_A", "github_pat_1", "sk_live_4"))
+
+
+@pytest.mark.parametrize("text", ["disk-1...", "ask-me...", "ghp_...", "shelf_x...", "risk-2…"])
+def test_words_that_end_like_a_token_prefix_are_left_alone(text):
+    assert redact_text(text) == text
