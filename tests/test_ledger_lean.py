@@ -125,7 +125,7 @@ def test_install_auto_is_lean_and_says_so_full_is_not(request, tmp_path, monkeyp
         assert h is not None and h.plan.lean is lean
         assert h.writer.stacks == want_stacks
         # auto takes allocation lines from the calls' callbacks: no MEMORY2 activity is enabled
-        assert [s.allocs for s in h.sources] == [want_allocs]
+        assert [s.allocs for s in h.sources if hasattr(s, "allocs")] == [want_allocs]  # numba may be imported already
         assert (cupti.cupti.ActivityKind.MEMORY2 in cupti.activities) is (want_allocs == "activity")
         # armed for a later import (a framework already imported is hooked at once instead)
         want = {"torch"} if lean else {"numba.cuda", "cupy", "torch"}
