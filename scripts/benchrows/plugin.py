@@ -169,13 +169,13 @@ class _Sides:
     """Runs the generated suite as one pytest process (what one stress worker pays), ours with
     the plugin active, the baseline with ``-p no:faulthunt``, and checks ours wrote its records."""
 
-    def __init__(self, tmp: Path, flags: tuple[str, ...]) -> None:
-        self.tmp, self.flags, self.runs, self.lock = tmp, flags, 0, threading.Lock()
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.runs, self.lock = tmp, 0, threading.Lock()
         (tmp / "runs").mkdir()
 
     def argv(self, side: str, suite: str) -> list[str]:
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                "no:randomly", "-p", "faulthunt_bench_gc", "--count", "2", *self.flags, suite]
+                "no:randomly", "-p", "faulthunt_bench_gc", "--count", "2", suite]
         return argv if side == "ours" else [*argv, "-p", "no:faulthunt"]
 
     def run_dir(self) -> Path:
@@ -222,10 +222,10 @@ def _slopes(got: dict[tuple[str, int], list[float]], n: int) -> dict[str, list[f
             for side in ("ours", "base")}
 
 
-def _row(title: str, how: str, ours: list[float], base: list[float], note: str) -> Row:
+def _row(how: str, ours: list[float], base: list[float], note: str) -> Row:
     per_test = sorted((o - b) * 1e6 for o, b in zip(ours, base, strict=True))
     mid = statistics.median(per_test)
-    return Row(capability=title,
+    return Row(capability="plugin: per-test cost in a worker (CPU per test)",
                ours="trivial tests, one pytest process, plugin active as in a stress worker",
                baseline="same, -p no:faulthunt", ours_t=Samples(tuple(ours)),
                base_t=Samples(tuple(base)), goal="< 20 us CPU per test",
@@ -234,45 +234,26 @@ def _row(title: str, how: str, ours: list[float], base: list[float], note: str) 
                      f"{'met' if mid < 20 else 'NO'} against < 20 us; {how}; {note}"))
 
 
-def _stress_timeout() -> tuple[str, ...]:
-    """The per-test timeout options a stress run passes its pytest by default."""
-    from faulthunt.stress.options import DEFAULT_TIMEOUT_S, Timeout, timeout_argv
-
-    return tuple(timeout_argv(Timeout(DEFAULT_TIMEOUT_S, "default")))
-
-
 def per_test_cost(quick: bool) -> Row:
     """The plugin's CPU per test as a worker pays it: instructions counted by cachegrind where
     valgrind is installed (the load does not change them), else CPU time of interleaved runs.
     Either way from two suite sizes, n and 2n tests, so that everything but the per-test work
     cancels. The seconds columns are CPU per test of each side."""
-    return _per_test("plugin: per-test cost in a worker (CPU per test)", (), quick)
-
-
-def per_test_cost_timeout(quick: bool) -> Row:
-    """The same with the per-test timeout a stress run adds (``--timeout 300 --timeout-method
-    thread``) on both sides: in the baseline pytest-timeout starts and joins a timer thread per
-    test; with the plugin its watchdog takes that over (one thread for the worker's life)."""
-    return _per_test("plugin: per-test cost in a worker, both with stress's --timeout",
-                     _stress_timeout(), quick)
-
-
-def _per_test(title: str, flags: tuple[str, ...], quick: bool) -> Row:
     n = N_QUICK if quick else N_FULL
     tmp = Path(tempfile.mkdtemp(prefix="faulthunt-bench-plugin-"))
     try:
         for tests in (n, 2 * n):
             _suite(tmp, tests)
         (tmp / "faulthunt_bench_gc.py").write_text(GC_PLUGIN)
-        sides = _Sides(tmp, flags)
+        sides = _Sides(tmp)
         if _cachegrind.available():
-            return _by_instructions(title, sides, n, quick)
-        return _by_cpu(title, sides, n, quick)
+            return _by_instructions(sides, n, quick)
+        return _by_cpu(sides, n, quick)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _by_instructions(title: str, sides: _Sides, n: int, quick: bool) -> Row:
+def _by_instructions(sides: _Sides, n: int, quick: bool) -> Row:
     """One cachegrind run of each side at n and 2n tests (a repeat gives the same counts within
     a few thousand instructions per test); the microseconds are those instructions at this
     machine's rate now: the baseline's 2n-test instructions over its CPU time in native runs,
@@ -287,7 +268,7 @@ def _by_instructions(title: str, sides: _Sides, n: int, quick: bool) -> Row:
     slope = {side: (counts[side, 2 * n] - counts[side, n]) / n for side in ("ours", "base")}
     extra = slope["ours"] - slope["base"]
     rates = [counts["base", 2 * n] / c for c in cpu]
-    return _row(title, "cachegrind instructions",
+    return _row("cachegrind instructions",
                 [slope["ours"] / r for r in rates], [slope["base"] / r for r in rates],
                 f"{extra / 1e3:.1f}k instructions per test (pytest's own: "
                 f"{slope['base'] / 1e3:.0f}k) at {statistics.median(rates) / 1e9:.2f}G "
@@ -295,7 +276,7 @@ def _by_instructions(title: str, sides: _Sides, n: int, quick: bool) -> Row:
                 f"(native runs of the baseline); {n} and {2 * n} tests")
 
 
-def _by_cpu(title: str, sides: _Sides, n: int, quick: bool) -> Row:
+def _by_cpu(sides: _Sides, n: int, quick: bool) -> Row:
     rounds = 3 if quick else 9
     got: dict[tuple[str, int], list[float]] = {}
     order = [("base", n), ("ours", n), ("ours", 2 * n), ("base", 2 * n)]
@@ -304,8 +285,8 @@ def _by_cpu(title: str, sides: _Sides, n: int, quick: bool) -> Row:
         for job in (order if i % 2 else order[::-1]):
             got.setdefault(job, []).append(sides.cpu(*job))
     slopes = _slopes(got, n)
-    return _row(title, "CPU time of interleaved runs (valgrind not installed: no instruction counts)",
+    return _row("CPU time of interleaved runs (valgrind not installed: no instruction counts)",
                 slopes["ours"], slopes["base"], f"{n} and {2 * n} tests, {rounds} rounds")
 
 
-ROWS = [hook_cost, per_test_cost, per_test_cost_timeout]
+ROWS = [hook_cost, per_test_cost]
