@@ -128,6 +128,8 @@ def hook_cost(quick: bool) -> Row:
 
 #: the smaller suite size n (the larger is 2n): quick, full
 N_QUICK, N_FULL = 100, 400
+#: the goal: microseconds of CPU per test (issue 16)
+GOAL_US = 20
 
 
 #: loaded on both sides (``-p faulthunt_bench_gc``): once every plugin is configured, the heap so
@@ -225,13 +227,16 @@ def _slopes(got: dict[tuple[str, int], list[float]], n: int) -> dict[str, list[f
 def _row(how: str, ours: list[float], base: list[float], note: str) -> Row:
     per_test = sorted((o - b) * 1e6 for o, b in zip(ours, base, strict=True))
     mid = statistics.median(per_test)
+    # a spread wider than the goal shows nothing either way (CPU time of busy-machine runs)
+    shown = per_test[-1] - per_test[0] <= GOAL_US
+    verdict = ("met" if mid < GOAL_US else "NO") if shown else "not shown (spread over the goal)"
     return Row(capability="plugin: per-test cost in a worker (CPU per test)",
                ours="trivial tests, one pytest process, plugin active as in a stress worker",
                baseline="same, -p no:faulthunt", ours_t=Samples(tuple(ours)),
-               base_t=Samples(tuple(base)), goal="< 20 us CPU per test",
-               goal_s=statistics.median(base) + 20e-6,
+               base_t=Samples(tuple(base)), goal=f"< {GOAL_US} us CPU per test",
+               goal_s=statistics.median(base) + GOAL_US * 1e-6 if shown else None,
                note=(f"per test: {mid:.1f} us median ({per_test[0]:.1f}-{per_test[-1]:.1f}) "
-                     f"{'met' if mid < 20 else 'NO'} against < 20 us; {how}; {note}"))
+                     f"{verdict} against < {GOAL_US} us; {how}; {note}"))
 
 
 def per_test_cost(quick: bool) -> Row:
