@@ -29,7 +29,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,20 @@ RERUN: str = "rerun"
 _REPEATED = pytest.StashKey[RepeatResult]()
 
 
-def base_nodeid(item: pytest.Item) -> str:
+def _per_test_wrapper() -> Any:
+    """The per-test hook's marker: pluggy's new-style wrapper (pluggy >= 1.1) where there is one,
+    cheaper per test than an old-style hookwrapper (no result object, no extra frame); the old
+    style on older pluggy. The hook body works as either."""
+    try:
+        return pytest.hookimpl(wrapper=True, tryfirst=True)
+    except TypeError:
+        return pytest.hookimpl(hookwrapper=True, tryfirst=True)
+
+
+_PER_TEST_WRAPPER = _per_test_wrapper()
+
+
+def base_nodeid(item: pytest.Item, count_of: Callable[[pytest.Item], int] = repeat_count) -> str:
     """The node id of ``item`` without pytest-repeat's step, from the item's parametrization.
 
     pytest-repeat parametrizes ``__pytest_repeat_step_number`` with the id ``"<i+1>-<n>"``; the
@@ -83,7 +96,8 @@ def base_nodeid(item: pytest.Item) -> str:
     parametrize markers) and rebuild the name, so ``test_a[float32-3-50]`` -> ``test_a[float32]``
     and ``test_a[2-5]`` -> ``test_a``, while a user parameter that merely looks like ``3-50``
     stays. A copy that faulthunt made itself (:mod:`faulthunt.repeat`: unittest methods, doctests,
-    plugin items) carries its base id in its stash.
+    plugin items) carries its base id in its stash. ``count_of``: :func:`repeat_count`, or a
+    remembering one (:func:`_repeat_counts`) for a whole collection.
     """
     base = item.stash.get(BASE_KEY, None)
     if base is not None:
@@ -91,11 +105,29 @@ def base_nodeid(item: pytest.Item) -> str:
     callspec = getattr(item, "callspec", None)
     if callspec is None or REPEAT_PARAM not in callspec.params:
         return item.nodeid
-    ids = _without_step(str(callspec.id), int(callspec.params[REPEAT_PARAM]), repeat_count(item))
+    ids = _without_step(str(callspec.id), int(callspec.params[REPEAT_PARAM]), count_of(item))
     name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
     parent = item.parent.nodeid if item.parent is not None else ""
     base = f"{parent}::{name}" if parent else name
     return f"{base}[{ids}]" if ids else base
+
+
+def _repeat_counts() -> Callable[[pytest.Item], int]:
+    """:func:`repeat_count`, remembered per parent node for the items with no ``repeat`` marker of
+    their own (their count then comes from the parents' markers or ``--count``, the same for all
+    of a parent's items): a collection of many parametrized items walks each parent once."""
+    by_parent: dict[int, int] = {}
+
+    def count_of(item: pytest.Item) -> int:
+        if item.parent is None or any(m.name == "repeat" for m in item.own_markers):
+            return repeat_count(item)
+        key = id(item.parent)  # parents live as long as the session's items
+        got = by_parent.get(key)
+        if got is None:
+            got = by_parent[key] = repeat_count(item)
+        return got
+
+    return count_of
 
 
 def _without_step(ids: str, step: int, count: int | None) -> str:
@@ -371,8 +403,9 @@ class WorkerRecorder:
     # pytest hooks ----------------------------------------------------------------------------
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        count_of = _repeat_counts()
         for item in session.items:
-            self._base[item.nodeid] = base_nodeid(item)
+            self._base[item.nodeid] = base_nodeid(item, count_of)
         result = self.config.stash.get(_REPEATED, None) or RepeatResult()
         count = self.config.getoption("count", None)
         self.events.write(Collected(
@@ -389,8 +422,8 @@ class WorkerRecorder:
     def pytest_unconfigure(self) -> None:
         self.children.uninstall()
 
-    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    @_PER_TEST_WRAPPER
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
         if self.poisoned is not None and self.recycle:
             self._recycle_before(item)
         nodeid = item.nodeid
@@ -405,10 +438,11 @@ class WorkerRecorder:
                                     pid=self.pid, t=time.time(), t_mono=t0, device=self.device))
         context.set_current(nodeid, base)
         try:
-            yield
+            result = yield  # a new-style wrapper returns it; an old-style one's return is unused
         finally:
             context.set_current(None, None)
             self._finish(nodeid, base, time.monotonic() - t0)
+        return result
 
     def _finish(self, nodeid: str, base: str, duration: float) -> None:
         run = _combine(self._reports)
@@ -448,7 +482,10 @@ class WorkerRecorder:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # tryfirst: before xdist's own implementation serializes the report for the controller
-        text, message = _bound_report(report)
+        if report.sections or report.outcome != "passed":
+            text, message = _bound_report(report)
+        else:  # nothing to bound, no failure text: most reports (the call skips _bound_report)
+            text = message = None
         context_ = getattr(report, "context", None)
         if context_ is not None and report.when == "call":
             self._subtest(report, context_, message)
@@ -569,6 +606,11 @@ def _combine(reports: list[tuple[pytest.TestReport, str | None, str | None]]) ->
     """One outcome for setup/call/teardown (and subtests, and reruns): a failed call or subtest
     -> failed, a failed fixture -> error; an attempt pytest-rerunfailures reran counts as a
     failure of this run even when a later attempt passed."""
+    if len(reports) == 3:  # the usual run: setup, call and teardown passed, nothing to say
+        (setup, _, _), (call, _, _), (teardown, _, _) = reports
+        if (setup.outcome == call.outcome == teardown.outcome == "passed"
+                and call.when == "call" and not hasattr(call, "wasxfail")):
+            return _Run("passed", None, None, 0)
     outcome = "passed"
     texts: list[str] = []
     message: str | None = None

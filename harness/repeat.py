@@ -78,9 +78,12 @@ def repeat_items(items: list[pytest.Item]) -> RepeatResult:
     failed: list[tuple[str, str]] = []
     count_seen = 1
     for item in items:
+        if repeated_by_pytest_repeat(item):  # first: its markers need no walk (a few us an item)
+            out.append(item)
+            continue
         count = repeat_count(item)
         count_seen = max(count_seen, count)
-        if count <= 1 or repeated_by_pytest_repeat(item):
+        if count <= 1:
             out.append(item)
             continue
         try:

@@ -71,6 +71,41 @@ def test_spans_base_nodeid_and_collateral_without_xdist(pytester, run):
     assert all(r["pid"] == recs[0]["pid"] for r in recs)
 
 
+def test_base_nodeid_with_repeat_markers_per_class_and_function(pytester, run):
+    """The repeat count is looked up once per parent for items without a marker of their own:
+    a class marker holds for its methods, a method's own marker overrides it, ``--count`` holds
+    elsewhere; user ids shaped like another count's step survive. Plain passes and an xpass keep
+    their outcomes (the passing run's shortcut)."""
+    pytester.makepyfile(test_r="""
+        import pytest
+        @pytest.mark.repeat(3)
+        class TestC:
+            @pytest.mark.parametrize("x", ["1-2", "b"])
+            def test_class_count(self, x): pass
+            @pytest.mark.repeat(2)
+            @pytest.mark.parametrize("x", ["1-3"])
+            def test_own_count(self, x): pass
+        @pytest.mark.parametrize("x", ["2-3"])
+        def test_option_count(x): pass
+        @pytest.mark.xfail(strict=False)
+        def test_xpass(): pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "faulthunt", "-p", "repeat", "--count", "4",
+                                           "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3 * 2 + 2 + 4, xpassed=4)
+    recs = _records(run)
+    starts = {r["nodeid"]: r["base_nodeid"] for r in recs if r["event"] == "start"}
+    cls = "test_r.py::TestC"
+    assert starts[f"{cls}::test_class_count[1-2-3-3]"] == f"{cls}::test_class_count[1-2]"
+    assert starts[f"{cls}::test_class_count[b-1-3]"] == f"{cls}::test_class_count[b]"
+    assert starts[f"{cls}::test_own_count[1-3-2-2]"] == f"{cls}::test_own_count[1-3]"
+    assert starts["test_r.py::test_option_count[2-3-4-4]"] == "test_r.py::test_option_count[2-3]"
+    assert starts["test_r.py::test_xpass[2-4]"] == "test_r.py::test_xpass"
+    ends = {r["nodeid"]: r["outcome"] for r in recs if r["event"] == "end"}
+    assert ends["test_r.py::test_xpass[1-4]"] == "xpassed"
+    assert {o for n, o in ends.items() if "xpass" not in n} == {"passed"}
+
+
 @pytest.mark.slow
 def test_recycle_abort_and_hang_under_xdist(pytester, run):
     # -n 1 so the order is fixed: sticky -> (recycle) -> after -> abort -> (restart) -> hang -> ok
