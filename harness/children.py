@@ -125,6 +125,26 @@ class TaskChildren:
         self._fds.clear()
 
 
+#: waitid(2) option (Linux, <linux/wait.h>): children of every kind, clone children included
+_WALL = 0x40000000
+_ANY_CHILD = os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL
+
+
+def has_children() -> bool:
+    """Whether this process has a child of any kind (running, or exited and not yet reaped), by
+    one ``waitid(P_ALL, WNOHANG | WNOWAIT | __WALL)``, which reaps nothing and answers ECHILD
+    only when there is none: a poll of a worker that started nothing costs this one system call
+    instead of reading every thread's ``children`` file. Children of every thread count
+    (waitid waits for the whole thread group's). True when the call cannot answer."""
+    try:
+        os.waitid(os.P_ALL, 0, _ANY_CHILD)
+    except ChildProcessError:
+        return False
+    except OSError:  # EINVAL from a kernel before 4.7 (no __WALL for waitid): read /proc
+        return True
+    return True
+
+
 def children_file_available(pid: int) -> bool:
     """Whether this kernel lists a task's children in /proc (CONFIG_PROC_CHILDREN)."""
     return os.path.exists(f"/proc/{pid}/task/{pid}/children")
@@ -155,6 +175,7 @@ class ChildWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._own = TaskChildren(pid)
+        self._hooks: Any = None
         self.polling = "off"
 
     def _new_lock(self) -> None:
@@ -199,9 +220,12 @@ class ChildWatch:
     # -- creation hooks ------------------------------------------------------------------------
 
     def install(self) -> None:
-        """Wrap the ways Python starts a process, and start the poller."""
-        import multiprocessing.process
+        """Wrap the ways Python starts a process, and start the poller. ``multiprocessing`` is
+        wrapped when it is imported (at once if it is already): a worker whose tests never use
+        it does not import it for us (a few ms a worker)."""
         import subprocess
+
+        from faulthunt.importhooks import PostImportHooks
 
         def after_popen(original: Any) -> Any:
             @functools.wraps(original)
@@ -232,7 +256,10 @@ class ChildWatch:
             return call
 
         self._patch(subprocess.Popen, "_execute_child", after_popen)
-        self._patch(multiprocessing.process.BaseProcess, "start", after_start)
+        self._hooks = PostImportHooks(failed="faulthunt: child processes started by {name} "
+                                             "will not be recorded")
+        self._hooks.add("multiprocessing.process",
+                        lambda module: self._patch(module.BaseProcess, "start", after_start))
         self._patch(os, "fork", lambda f: returns_pid(f, "fork"))
         self._patch(os, "forkpty", lambda f: returns_pid(f, "fork", 0))
         self._patch(os, "posix_spawn", lambda f: returns_pid(f, "posix_spawn"))
@@ -248,6 +275,8 @@ class ChildWatch:
 
     def uninstall(self) -> None:
         self._stop.set()
+        if self._hooks is not None:
+            self._hooks.remove()
         for owner, name, original in reversed(self._originals):
             setattr(owner, name, original)
         self._originals.clear()
@@ -273,6 +302,8 @@ class ChildWatch:
 
     def poll_once(self) -> None:
         """Record every descendant not seen before, as the running test's."""
+        if not has_children():  # every descendant hangs below a child: none, nothing to read
+            return
         nodeid = context.current_nodeid  # once: the test may end while we look
         now = time.monotonic()
         queue, seen = [self.pid], {self.pid}

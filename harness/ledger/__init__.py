@@ -31,7 +31,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import importlib
-import importlib.abc
 import importlib.util
 import os
 import sys
@@ -42,6 +41,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from faulthunt.errors import UsageError
+from faulthunt.importhooks import PostImportHooks
 from faulthunt.ledger.writer import SAMPLE_BURST, SAMPLE_REFILL, STACKS_ENV, LedgerWriter, stack_mode
 from faulthunt.records.ledger import EVENT_NOTE
 
@@ -114,62 +114,6 @@ def plan(mode: str, cupti_problem: Callable[[], str | None]) -> Plan:
     return Plan(True, REFINEMENTS, (f"ledger: {mode}: cupti + refinements ({', '.join(REFINEMENTS)}, each when imported)",))
 
 
-class _HookLoader(importlib.abc.Loader):
-    def __init__(self, inner: Any, after: Callable[[ModuleType], None]) -> None:
-        self._inner, self._after = inner, after
-
-    def create_module(self, spec: Any) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
-        self._after(module)
-
-
-class PostImportHooks(importlib.abc.MetaPathFinder):
-    """Runs a callback right after a named module has been imported (once each)."""
-
-    def __init__(self) -> None:
-        self._hooks: dict[str, Callable[[ModuleType], None]] = {}
-        self._busy: set[str] = set()
-
-    def add(self, name: str, hook: Callable[[ModuleType], None]) -> None:
-        mod = sys.modules.get(name)
-        if mod is not None:
-            hook(mod)
-            return
-        self._hooks[name] = hook
-        if self not in sys.meta_path:
-            sys.meta_path.insert(0, self)
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        hook = self._hooks.get(fullname)
-        if hook is None or fullname in self._busy:
-            return None
-        self._busy.add(fullname)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy.discard(fullname)
-        if spec is None or spec.loader is None:
-            return None
-        del self._hooks[fullname]
-
-        def after(module: ModuleType) -> None:
-            try:
-                hook(module)
-            except Exception as exc:  # noqa: BLE001 - a broken refinement must never break the user's import
-                print(f"faulthunt ledger: {fullname} refinement failed: {exc!r}", file=sys.stderr)
-
-        spec.loader = _HookLoader(spec.loader, after)
-        return spec
-
-    def remove(self) -> None:
-        self._hooks.clear()
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-
-
 class LedgerHandle:
     """The ledger running in this process: its writer and started sources."""
 
@@ -232,6 +176,51 @@ def active() -> LedgerHandle | None:
     return _active
 
 
+#: what :func:`faulthunt.ledger.cupti_source.problem` says when cupti-python is not installed
+#: (said here without importing that module, which costs a worker about 5 ms)
+NOT_INSTALLED = ("cupti-python is not installed (cupti); "
+                 "pip install 'cupti-python==<your CUDA major>.*' (e.g. 13.* for CUDA 13)")
+
+
+def cupti_problem(find: Callable[[str], Any] = importlib.util.find_spec,
+                  driver: Callable[[], str | None] | None = None) -> str | None:
+    """None when CUPTI can be used here, else why not (:func:`.cupti_source.problem`).
+
+    Its expensive parts (importing the CUPTI source, cupti-python and libcupti: several ms a
+    worker) are skipped when cupti-python is not installed at all, or when no CUDA driver library
+    loads, as on a machine that runs only CPU suites; the reason is said the same way.
+    ``find`` and ``driver`` are injectable for tests.
+    """
+    source = sys.modules.get("faulthunt.ledger.cupti_source")
+    if source is not None:  # loaded already (its import is the cost): its own probe
+        return source.problem()  # type: ignore[no-any-return]
+    try:
+        absent = find("cupti") is None
+    except (ImportError, ValueError):  # a broken or half-imported package: the full probe says why
+        absent = False
+    if absent:
+        return NOT_INSTALLED
+    no_driver = (driver or _driver_problem)()
+    if no_driver:
+        return no_driver
+    from faulthunt.ledger import cupti_source
+
+    return cupti_source.problem()
+
+
+def _driver_problem() -> str | None:
+    """Why the CUDA driver library does not load here, else None. On a GPU machine this loads
+    libcuda, which CUPTI loads anyway."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return (f"no CUDA driver library here ({exc}); CUPTI records only where the NVIDIA "
+                "driver is installed")
+    return None
+
+
 def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> LedgerHandle | None:
     """Start recording in this process into ``ledger_dir/<pid>.jsonl``.
 
@@ -241,24 +230,27 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
     global _active
     if _active is not None:
         return _active
-    from faulthunt.ledger import cupti_source
-
-    p = plan(mode, cupti_source.problem)
+    p = plan(mode, cupti_problem)
     say = (lambda m: None) if quiet else (lambda m: print(f"faulthunt {m}", file=sys.stderr))
     if not p.cupti and not p.refinements:
         for m in p.messages:
             say(m)
         return None
-    handle = LedgerHandle(LedgerWriter(ledger_dir), p)
+    # Without CUPTI nothing records until a framework is imported and allocates: the file waits
+    # for that first record (a CPU-only worker then makes no file, no mapping, no flush thread);
+    # CUPTI's compiled callback writes into the file's mapping, so with CUPTI it is made now.
+    handle = LedgerHandle(LedgerWriter(ledger_dir, lazy=not p.cupti), p)
     if p.lean and STACKS_ENV not in os.environ:
         handle.writer.set_stacks("sampled")
     route = handle.writer.route
-    handle.note(f"ledger route: {route.name} (backend {handle.writer.backend})"
-                + (f"; {route.why}" if route.why else ""))
+    handle.writer.note_when_open(f"ledger route: {route.name} (backend {handle.writer.backend})"
+                                 + (f"; {route.why}" if route.why else ""))
     if route.why:
         say(f"ledger: route {route.name}: {route.why}")
     messages = p.messages
     if p.cupti:
+        from faulthunt.ledger import cupti_source
+
         try:
             src = cupti_source.start(handle.writer, say=say)
             handle.sources.append(src)
@@ -279,7 +271,7 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
             handle.writer.set_stacks(stack_mode())
     for m in messages:
         say(m)
-        handle.note(m)
+        handle.writer.note_when_open(m)
     if p.lean:
         # read back by the mapper (``arrays: false``): its answer says per-array bounds were not
         # recorded in this process and how to get them
