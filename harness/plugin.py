@@ -371,8 +371,8 @@ class WorkerRecorder:
     # pytest hooks ----------------------------------------------------------------------------
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        for item in session.items:
-            self._base[item.nodeid] = base_nodeid(item)
+        # each test's base id is worked out when it runs (pytest_runtest_protocol): an xdist
+        # worker collects the whole suite but runs its share of it
         result = self.config.stash.get(_REPEATED, None) or RepeatResult()
         count = self.config.getoption("count", None)
         self.events.write(Collected(
@@ -613,16 +613,14 @@ _KNOWN_PLUGINS = {"xdist": "pytest-xdist", "repeat": "pytest-repeat", "timeout":
 
 
 def _plugins(config: pytest.Config) -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
+    """The version of each known plugin that is loaded ("?" when its distribution is not found),
+    read as identity.json reads package versions (importlib.metadata's answers, without parsing
+    every METADATA through the email package)."""
+    from faulthunt.identity import package_versions
 
-    out = {}
-    for name, dist in _KNOWN_PLUGINS.items():
-        if config.pluginmanager.hasplugin(name):
-            try:
-                out[dist] = version(dist)
-            except PackageNotFoundError:
-                out[dist] = "?"
-    return out
+    dists = tuple(dist for name, dist in _KNOWN_PLUGINS.items() if config.pluginmanager.hasplugin(name))
+    found = package_versions(dists)
+    return {dist: found.get(dist, "?") for dist in dists}
 
 
 class ControllerRecorder:

@@ -312,3 +312,61 @@ def test_uninstall_removes_the_import_hook():
     hooks = watch._hooks
     watch.uninstall()
     assert hooks not in _sys.meta_path
+
+
+def test_the_engine_names_the_guard_variable_of_the_guard_package():
+    from faulthunt.guard.config import GUARD_ENV
+    from faulthunt.stress import defaults
+
+    assert defaults.GUARD_ENV == GUARD_ENV
+
+
+def test_stress_without_guard_options_does_not_import_the_guard_package(tmp_path):
+    import argparse
+
+    from faulthunt.cli import stress as cli_stress
+
+    parser = argparse.ArgumentParser()
+    cli_stress.add_arguments(parser)
+    code = """
+        import argparse, json, sys
+        from faulthunt.cli import stress as s
+        p = argparse.ArgumentParser(); s.add_arguments(p)
+        opts = s.options(p.parse_args(["-n", "2", "tests/"]))
+        print(json.dumps([opts.guard, [m for m in sys.modules if m.startswith("faulthunt.guard")]]))
+    """
+    got = _py(code)
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout) == [None, []]
+    assert cli_stress.options(parser.parse_args(["--guard", "5", "t/"])).guard is not None
+
+
+NVML = """
+    import json, sys
+    from faulthunt import nvml
+    try:
+        with nvml.session():
+            got = "ok"
+    except nvml.NvmlUnavailable as exc:
+        got = [str(exc), exc.missing]
+    print(json.dumps([got, "pynvml" in sys.modules]))
+"""
+
+
+def test_nvml_without_its_library_says_what_pynvml_says_without_importing_it():
+    import importlib.util
+
+    if importlib.util.find_spec("pynvml") is None:
+        pytest.skip("nvidia-ml-py is not installed here")
+    from faulthunt import nvml
+
+    if nvml._library_loads():
+        pytest.skip("NVML's library loads here")
+    (message, missing), imported = json.loads(_py(NVML).stdout)
+    assert imported is False and missing is False
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:  # the words the full path gives
+        assert message.startswith(f"NVML unavailable: {exc}")

@@ -107,7 +107,6 @@ def options(args: argparse.Namespace) -> StressOptions:
     """The StressOptions the arguments ask for (what needs no I/O to check is checked here;
     the rest by faulthunt.stress.options.check before anything starts)."""
     from faulthunt.errors import UsageError
-    from faulthunt.guard.config import spec_from_args
     from faulthunt.stress import DEFAULT_MAX_WORKER_RESTART, StressOptions, parse_gpus
 
     _check_unknown_options(getattr(args, "extra", None) or (), _OWN_OPTIONS)
@@ -122,7 +121,11 @@ def options(args: argparse.Namespace) -> StressOptions:
     if args.junitxml is not None:
         from faulthunt.report.ci import check_output_path
         check_output_path(args.junitxml, "--junitxml")
-    guard, path = spec_from_args(args.guard, args.guard_side)  # `--guard tests/`: a path
+    guard, path = None, None
+    if args.guard is not None or args.guard_side is not None:  # the guard package: ~10 ms to import
+        from faulthunt.guard.config import spec_from_args
+
+        guard, path = spec_from_args(args.guard, args.guard_side)  # `--guard tests/`: a path
     return StressOptions(
         pytest_args=_pytest_args(args, path),
         workers=workers, count=args.count, keyword=args.keyword,
