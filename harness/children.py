@@ -16,8 +16,10 @@ Two ways of seeing a child, both cheap enough to leave on (docs/plugin.md has th
 - By polling, for what Python does not start (a helper binary's own children, a native library
   that forks): a daemon thread reads ``/proc/<pid>/task/<tid>/children`` of the worker and of the
   descendants found so far, every ``poll_s`` while a test runs (about 90 us a poll with a few
-  worker threads and no children: small /proc reads, under 0.1% of a core at 0.1 s); a child that lives shorter than the interval can be missed, and the summary then
-  falls back to the process name the Xid line carries.
+  worker threads and children: small /proc reads, under 0.1% of a core at 0.1 s; a worker with no
+  child at all answers one ``waitid`` and reads nothing); a child that lives shorter than the
+  interval can be missed, and the summary then falls back to the process name the Xid line
+  carries.
 
 The Linux proc connector (netlink, every fork/exec/exit on the machine) is not used: it needs
 CAP_NET_ADMIN, silently delivers nothing to a process in a non-initial pid namespace (every

@@ -193,7 +193,7 @@ def cupti_problem(find: Callable[[str], Any] = importlib.util.find_spec,
     """
     source = sys.modules.get("faulthunt.ledger.cupti_source")
     if source is not None:  # loaded already (its import is the cost): its own probe
-        return source.problem()  # type: ignore[no-any-return]
+        return source.problem()
     try:
         absent = find("cupti") is None
     except (ImportError, ValueError):  # a broken or half-imported package: the full probe says why
