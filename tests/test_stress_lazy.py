@@ -43,14 +43,17 @@ LAZY = """
     import json, os, sys, threading
     from pathlib import Path
     from faulthunt import ledger
-    from faulthunt.records.ledger import KIND_DEVICE
     d = Path(sys.argv[1])
     h = ledger.install(d, "auto", quiet=True)
     threads = len(os.listdir("/proc/self/task"))
-    state = {"plan_cupti": h.plan.cupti, "opened": h.writer.opened,
-             "files": sorted(p.name for p in d.glob("*")), "cupti_source":
-             "faulthunt.ledger.cupti_source" in sys.modules, "threads": threads}
+    state = {"plan_cupti": h.plan.cupti, "files": sorted(p.name for p in d.glob("*")),
+             "imported": sorted(m for m in ("faulthunt.ledger.cupti_source",
+                                            "faulthunt.ledger.writer", "faulthunt.ledger.native",
+                                            "faulthunt.records.ledger") if m in sys.modules),
+             "threads": threads}
+    state["opened"] = h.writer.opened  # makes the writer, not its file
     if sys.argv[2] != "none":
+        from faulthunt.records.ledger import KIND_DEVICE
         h.writer.alloc("numba", 0x7000, 256, KIND_DEVICE)
         state["opened_after"] = h.writer.opened
         state["threads_after"] = len(os.listdir("/proc/self/task"))
@@ -78,7 +81,8 @@ def test_ledger_without_cupti_makes_no_file_until_a_record(tmp_path, no_cupti):
     state = json.loads(got.stdout)
     assert state["plan_cupti"] is False and state["opened"] is False
     assert state["files"] == []  # no file, so no mapping and no flush thread
-    assert state["cupti_source"] is False  # the probe did not import the CUPTI source
+    # neither the probe nor the install imported the CUPTI source, the writer or the library
+    assert state["imported"] == []
     assert not list((tmp_path / "ledger").glob("*.jsonl"))  # at exit either
 
 
@@ -93,9 +97,10 @@ def test_first_record_makes_the_file_with_the_set_up_notes_first(tmp_path, no_cu
     assert recs[0]["message"].startswith("ledger opened") and isinstance(recs[0]["t_mono"], float)
     assert recs[1]["message"].startswith("ledger route: ")
     assert "CUPTI unavailable" in recs[2]["message"] and "pip install" in recs[2]["message"]
-    # every record keeps the time it was made: the set-up notes, then the allocation, which made
-    # the file (its opening note is the file's first line, with the clocks read together)
-    assert recs[1]["t"] <= recs[2]["t"] <= recs[3]["t"] <= recs[0]["t"]
+    # every record keeps the time it was made: the plan's note (at install), the route's (when
+    # the writer was made), then the allocation, which made the file (its opening note is the
+    # file's first line, with the clocks read together)
+    assert recs[2]["t"] <= recs[1]["t"] <= recs[3]["t"] <= recs[0]["t"]
     assert all(r["pid"] == int(path.stem) for r in recs)
     assert recs[3]["address"] == 0x7000 and recs[3]["size"] == 256
 
@@ -370,3 +375,45 @@ def test_nvml_without_its_library_says_what_pynvml_says_without_importing_it():
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:  # the words the full path gives
         assert message.startswith(f"NVML unavailable: {exc}")
+
+
+def test_the_ledger_names_the_note_event_of_the_record_module():
+    from faulthunt import ledger
+    from faulthunt.records.ledger import EVENT_NOTE
+
+    assert ledger.EVENT_NOTE == EVENT_NOTE
+
+
+REFINE = """
+    import json, sys, types
+    from pathlib import Path
+    from faulthunt import ledger
+    d = Path(sys.argv[1])
+    h = ledger.install(d, "auto", quiet=True)
+    before = "faulthunt.ledger.writer" in sys.modules
+    started = []
+    fake = types.ModuleType("faulthunt.ledger.torch_trace")
+    class Src:
+        name = "torch"
+        def stop(self): pass
+    def start(writer):
+        started.append(writer)
+        return Src()
+    fake.start = start
+    sys.modules["faulthunt.ledger.torch_trace"] = fake
+    sys.modules["torch"] = types.ModuleType("torch")
+    ledger.active().hooks.add("torch", lambda m: None)  # already imported: runs now
+    h.arm("torch")  # as the import hook does when torch is imported
+    print(json.dumps([before, len(started), h.source_names]), flush=True)
+"""
+
+
+def test_a_refinement_makes_the_writer_and_its_note_makes_the_file(tmp_path, no_cupti):
+    got = _py(REFINE, str(tmp_path / "ledger"))
+    assert got.returncode == 0, got.stderr
+    before, started, names = json.loads(got.stdout)
+    assert before is False and started == 1 and names == ["torch"]
+    [path] = (tmp_path / "ledger").glob("*.jsonl")
+    msgs = [r["message"] for r in _lines(path)]
+    assert msgs[0].startswith("ledger opened") and msgs[1].startswith("ledger route: ")
+    assert "CUPTI unavailable" in msgs[2] and msgs[3] == "torch refinement installed"

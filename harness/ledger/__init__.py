@@ -35,15 +35,21 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from faulthunt.errors import UsageError
 from faulthunt.importhooks import PostImportHooks
-from faulthunt.ledger.writer import SAMPLE_BURST, SAMPLE_REFILL, STACKS_ENV, LedgerWriter, stack_mode
-from faulthunt.records.ledger import EVENT_NOTE
+
+if TYPE_CHECKING:
+    from faulthunt.ledger.writer import LedgerWriter
+
+#: the ``note`` event (faulthunt.records.ledger.EVENT_NOTE, which tests/test_stress_lazy.py
+#: checks): the writer and the record module are imported when something is to be written
+EVENT_NOTE = "note"
 
 MODES = ("auto", "full", "cupti", "numba", "cupy", "torch", "off")
 #: environment variable through which stress tells workers which ledger mode to use
@@ -117,13 +123,27 @@ def plan(mode: str, cupti_problem: Callable[[], str | None]) -> Plan:
 class LedgerHandle:
     """The ledger running in this process: its writer and started sources."""
 
-    def __init__(self, writer: LedgerWriter, plan_: Plan) -> None:
-        self.writer = writer
+    def __init__(self, writer: LedgerWriter | None, plan_: Plan,
+                 make: Callable[[], LedgerWriter] | None = None) -> None:
+        #: the writer, or None until :attr:`writer` is first asked for (``make`` makes it)
+        self._writer = writer
+        self._make = make
         self.plan = plan_
         self.sources: list[Source] = []
         self.hooks = PostImportHooks()
         self._lock = threading.Lock()
         self._stopped = False
+
+    @property
+    def writer(self) -> LedgerWriter:
+        """The process's writer, made on first use when the plan records nothing by itself
+        (no CUPTI: nothing is written until a refinement starts)."""
+        if self._writer is None:
+            with self._lock:
+                if self._writer is None:
+                    assert self._make is not None
+                    self._writer = self._make()
+        return self._writer
 
     @property
     def source_names(self) -> list[str]:
@@ -152,7 +172,8 @@ class LedgerHandle:
                     fl()
                 except Exception:  # noqa: BLE001 - a flush is best effort; a source that cannot flush still gets stop()
                     pass
-        self.writer.drain()
+        if self._writer is not None:
+            self._writer.drain()
 
     def stop(self) -> None:
         """Flush and stop every source (also run at exit)."""
@@ -165,7 +186,8 @@ class LedgerHandle:
                 s.stop()
             except Exception as exc:  # noqa: BLE001 - one source failing to stop must not keep the others or the file open
                 print(f"faulthunt ledger: stopping {s.name} failed: {exc!r}", file=sys.stderr)
-        self.writer.close()
+        if self._writer is not None:
+            self._writer.close()
 
 
 _active: LedgerHandle | None = None
@@ -236,39 +258,74 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
         for m in p.messages:
             say(m)
         return None
-    # Without CUPTI nothing records until a framework is imported and allocates: the file waits
-    # for that first record (a CPU-only worker then makes no file, no mapping, no flush thread);
-    # CUPTI's compiled callback writes into the file's mapping, so with CUPTI it is made now.
-    handle = LedgerHandle(LedgerWriter(ledger_dir, lazy=not p.cupti), p)
-    if p.lean and STACKS_ENV not in os.environ:
-        handle.writer.set_stacks("sampled")
-    route = handle.writer.route
-    handle.writer.note_when_open(f"ledger route: {route.name} (backend {handle.writer.backend})"
-                                 + (f"; {route.why}" if route.why else ""))
+    handle = _refinements_only(ledger_dir, p, say) if not p.cupti else _with_cupti(ledger_dir, p, say)
+    if handle is None:
+        return None
+    _active = handle
+    atexit.register(handle.stop)
+    return handle
+
+
+def _route_note(writer: LedgerWriter, say: Callable[[str], None]) -> None:
+    route = writer.route
+    writer.note_when_open(f"ledger route: {route.name} (backend {writer.backend})"
+                          + (f"; {route.why}" if route.why else ""))
     if route.why:
         say(f"ledger: route {route.name}: {route.why}")
-    messages = p.messages
-    if p.cupti:
-        from faulthunt.ledger import cupti_source
 
-        try:
-            src = cupti_source.start(handle.writer, say=say)
-            handle.sources.append(src)
-        except Exception as exc:  # noqa: BLE001 - CUPTI's binding raises its own errors, OSError, RuntimeError: any means no CUPTI, said
-            # CUPTI passed the probe but would not start (another profiler, driver trouble).
-            msg = f"ledger: CUPTI failed to start ({exc}); continuing with framework refinements"
-            say(msg)
-            handle.note(msg)
-            if not p.refinements:
-                handle.writer.close()
-                return None
-            # the plan's "cupti + refinements" line would now be untrue; without CUPTI the
-            # refinements are all there is (under compute-sanitizer, say): every one is armed
-            refinements = REFINEMENTS if p.lean else p.refinements
-            messages = (f"ledger: framework refinements only ({', '.join(refinements)}, "
-                        "each when imported): no launch records",)
-            handle.plan = p = dataclasses.replace(p, cupti=False, refinements=refinements, lean=False)
-            handle.writer.set_stacks(stack_mode())
+
+def _refinements_only(ledger_dir: Path, p: Plan, say: Callable[[str], None]) -> LedgerHandle:
+    """Without CUPTI nothing records until a framework is imported: the refinements are armed
+    now; the writer (its module, the compiled library, the route) is made when one starts, and
+    the file at its first record. A worker of a CPU-only suite makes none of them. The plan's
+    notes keep the time they were said."""
+    said_at = time.time()
+    for m in p.messages:
+        say(m)
+
+    def make() -> LedgerWriter:
+        from faulthunt.ledger.writer import LedgerWriter
+
+        writer = LedgerWriter(ledger_dir, lazy=True)
+        _route_note(writer, say)
+        for m in p.messages:
+            writer.note_when_open(m, t=said_at)
+        return writer
+
+    handle = LedgerHandle(None, p, make=make)
+    for name in p.refinements:
+        handle.arm(name)
+    return handle
+
+
+def _with_cupti(ledger_dir: Path, p: Plan, say: Callable[[str], None]) -> LedgerHandle | None:
+    """CUPTI's compiled callback writes into the file's mapping: the file is made now."""
+    from faulthunt.ledger import cupti_source
+    from faulthunt.ledger.writer import SAMPLE_BURST, SAMPLE_REFILL, STACKS_ENV, LedgerWriter, stack_mode
+
+    handle = LedgerHandle(LedgerWriter(ledger_dir), p)
+    if p.lean and STACKS_ENV not in os.environ:
+        handle.writer.set_stacks("sampled")
+    _route_note(handle.writer, say)
+    messages = p.messages
+    try:
+        src = cupti_source.start(handle.writer, say=say)
+        handle.sources.append(src)
+    except Exception as exc:  # noqa: BLE001 - CUPTI's binding raises its own errors, OSError, RuntimeError: any means no CUPTI, said
+        # CUPTI passed the probe but would not start (another profiler, driver trouble).
+        msg = f"ledger: CUPTI failed to start ({exc}); continuing with framework refinements"
+        say(msg)
+        handle.note(msg)
+        if not p.refinements:
+            handle.writer.close()
+            return None
+        # the plan's "cupti + refinements" line would now be untrue; without CUPTI the
+        # refinements are all there is (under compute-sanitizer, say): every one is armed
+        refinements = REFINEMENTS if p.lean else p.refinements
+        messages = (f"ledger: framework refinements only ({', '.join(refinements)}, "
+                    "each when imported): no launch records",)
+        handle.plan = p = dataclasses.replace(p, cupti=False, refinements=refinements, lean=False)
+        handle.writer.set_stacks(stack_mode())
     for m in messages:
         say(m)
         handle.writer.note_when_open(m)
@@ -279,8 +336,6 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
             burst=SAMPLE_BURST, rate=round(1 / SAMPLE_REFILL)))
     for name in p.refinements:
         handle.arm(name)
-    _active = handle
-    atexit.register(handle.stop)
     return handle
 
 

@@ -445,11 +445,11 @@ class LedgerWriter:
         """Whether this process's file exists yet (a lazy writer makes it at its first record)."""
         return self._fd >= 0
 
-    def note_when_open(self, message: str, **fields: Any) -> None:
+    def note_when_open(self, message: str, t: float | None = None, **fields: Any) -> None:
         """A note about the ledger's own set-up: written now when the file is open, else kept
-        (encoded now, with its time) and written right after the file's opening note, when the
+        (encoded now, with its time: ``t``, default now) and written right after the file's opening note, when the
         first record makes the file. A process that never records leaves no file."""
-        rec: dict[str, Any] = {"event": "note", "t": time.time(), "pid": os.getpid(),
+        rec: dict[str, Any] = {"event": "note", "t": time.time() if t is None else t, "pid": os.getpid(),
                                "nodeid": context.current_nodeid, "source": "ledger",
                                "message": message}
         rec.update((k, v) for k, v in fields.items() if v is not None)
