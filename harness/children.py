@@ -147,6 +147,37 @@ def has_children() -> bool:
     return True
 
 
+#: env: ``python`` wakes the poller in Python even where the compiled clock loads (tests, checks)
+WAKE_ENV = "FAULTHUNT_CHILD_WAKE"
+#: must equal CW_ABI in _childwake.c
+_WAKE_ABI = 1
+
+
+def wake_library() -> Any:
+    """The compiled clock (``_childwake.c``) with its prototypes set, or None: not built (no
+    compiler at install), another build, or :data:`WAKE_ENV` asks for Python. Loaded with ctypes:
+    it has no Python module in it."""
+    if os.environ.get(WAKE_ENV) == "python":
+        return None
+    import ctypes
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("faulthunt._childwake")
+        if spec is None or not spec.origin:
+            return None
+        lib = ctypes.CDLL(spec.origin)
+        lib.cw_abi.restype = ctypes.c_int
+        if lib.cw_abi() != _WAKE_ABI:
+            return None
+    except (OSError, AttributeError, ImportError, ValueError):
+        return None
+    lib.cw_start.argtypes, lib.cw_start.restype = [ctypes.c_int, ctypes.c_int64], ctypes.c_int
+    lib.cw_stop.argtypes, lib.cw_stop.restype = [], None
+    lib.cw_has_children.argtypes, lib.cw_has_children.restype = [], ctypes.c_int
+    return lib
+
+
 def children_file_available(pid: int) -> bool:
     """Whether this kernel lists a task's children in /proc (CONFIG_PROC_CHILDREN)."""
     return os.path.exists(f"/proc/{pid}/task/{pid}/children")
@@ -178,6 +209,9 @@ class ChildWatch:
         self._thread: threading.Thread | None = None
         self._own = TaskChildren(pid)
         self._hooks: Any = None
+        #: the compiled clock and its pipe (read end, write end) when the poller runs on it
+        self._clock: Any = None
+        self._wake: tuple[int, int] | None = None
         self.polling = "off"
 
     def _new_lock(self) -> None:
@@ -277,6 +311,11 @@ class ChildWatch:
 
     def uninstall(self) -> None:
         self._stop.set()
+        if self._clock is not None and os.getpid() == self.pid:
+            self._clock.cw_stop()
+            self._clock = None
+            if self._wake is not None:
+                os.close(self._wake[1])  # the reader sees the end, closes its side and returns
         if self._hooks is not None:
             self._hooks.remove()
         for owner, name, original in reversed(self._originals):
@@ -292,9 +331,40 @@ class ChildWatch:
             self.polling = "unavailable: /proc/<pid>/task/<tid>/children missing (CONFIG_PROC_CHILDREN)"
             return
         self.polling = f"every {self.poll_s:g}s during a test"
-        self._thread = threading.Thread(target=self._poll_loop, name="faulthunt-children",
-                                        daemon=True)
+        target = self._poll_loop if not self._start_clock() else self._clock_loop
+        self._thread = threading.Thread(target=target, name="faulthunt-children", daemon=True)
         self._thread.start()
+
+    def _start_clock(self) -> bool:
+        """Wake on the compiled clock when it loads: it asks the kernel every ``poll_s`` and
+        wakes this thread only while the worker has a child (no Python at all meanwhile)."""
+        lib = wake_library()
+        if lib is None:
+            return False
+        r, w = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(w, False)
+        if lib.cw_start(w, int(self.poll_s * 1e9)) != 0:
+            os.close(r)
+            os.close(w)
+            return False
+        self._clock, self._wake = lib, (r, w)
+        return True
+
+    def _clock_loop(self) -> None:
+        assert self._wake is not None
+        r = self._wake[0]
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not os.read(r, 4096):  # the clock's end closed: uninstalled
+                        break
+                except InterruptedError:
+                    continue
+                if context.current_nodeid is not None and os.getpid() == self.pid:
+                    self.poll_once()
+        finally:
+            os.close(r)
+            self._own.close()
 
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.poll_s):

@@ -417,3 +417,69 @@ def test_a_refinement_makes_the_writer_and_its_note_makes_the_file(tmp_path, no_
     msgs = [r["message"] for r in _lines(path)]
     assert msgs[0].startswith("ledger opened") and msgs[1].startswith("ledger route: ")
     assert "CUPTI unavailable" in msgs[2] and msgs[3] == "torch refinement installed"
+
+
+CLOCK = """
+    import json, os, subprocess, sys, time
+    from faulthunt import children, context
+    got = []
+    watch = children.ChildWatch(got.append, worker="gw0", pid=os.getpid(), poll_s=0.02)
+    watch._start_poller()  # the poller alone: no creation hooks, only a poll can see the child
+    route = "compiled" if watch._clock is not None else "python"
+    context.set_current("t.py::test_c", "t.py::test_c")
+    proc = subprocess.Popen(["sleep", "5"])
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    context.set_current(None, None)
+    proc.kill()
+    proc.wait()
+    watch.uninstall()
+    watch._thread.join(10)
+    print(json.dumps([route, [(r.child_pid == proc.pid, r.how, r.nodeid) for r in got],
+                      watch._thread.is_alive(), watch.polling]))
+"""
+
+
+@pytest.mark.parametrize("wake", ["compiled", "python"])
+def test_the_poller_sees_a_child_python_did_not_start_on_either_clock(wake):
+    from faulthunt.children import WAKE_ENV, wake_library
+
+    if wake == "compiled" and wake_library() is None:
+        pytest.skip("the compiled clock is not built here (no compiler at install)")
+    got = _py(CLOCK, env={WAKE_ENV: "python"} if wake == "python" else None)
+    assert got.returncode == 0, got.stderr
+    route, recs, alive, polling = json.loads(got.stdout)
+    assert route == wake
+    assert recs[:1] == [[True, "poll", "t.py::test_c"]]
+    assert alive is False  # uninstall ends the poller's thread on both clocks
+    assert polling == "every 0.02s during a test"
+
+
+def test_the_compiled_clock_answers_as_waitid_does():
+    from faulthunt.children import wake_library
+
+    lib = wake_library()
+    if lib is None:
+        pytest.skip("the compiled clock is not built here")
+    got = _py("""
+        import json, subprocess, sys
+        from faulthunt.children import has_children, wake_library
+        lib = wake_library()
+        out = [lib.cw_has_children(), has_children()]
+        p = subprocess.Popen(["sleep", "5"])
+        out += [lib.cw_has_children(), has_children()]
+        p.kill(); p.wait()
+        out += [lib.cw_has_children(), has_children()]
+        print(json.dumps(out))
+    """)
+    assert json.loads(got.stdout) == [0, False, 1, True, 0, False]
+
+
+def test_a_missing_or_foreign_clock_library_means_python(monkeypatch):
+    import importlib.util
+
+    from faulthunt import children
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert children.wake_library() is None
