@@ -40,13 +40,31 @@ class NvmlUnavailable(FaulthuntError):
 LIBRARY_NOT_FOUND = "NVML Shared Library Not Found"
 
 
-def _no_pynvml() -> bool:
+def _pynvml_origin() -> str | None:
+    """The file ``import pynvml`` would load, "" when there is none, None when that cannot be
+    told (the import below then says what is wrong)."""
     import importlib.util
 
     try:
-        return importlib.util.find_spec("pynvml") is None
+        spec = importlib.util.find_spec("pynvml")
     except (ImportError, ValueError):
-        return False  # the import below says what is wrong
+        return None
+    if spec is None:
+        return ""
+    return spec.origin
+
+
+def _is_nvidia_ml_py(origin: str) -> bool:
+    """Whether ``origin`` is nvidia-ml-py's own pynvml (its dist-info beside it), whose
+    nvmlInit loads the library exactly as :func:`_library_loads` tries; a stand-in elsewhere
+    (tests, a shim) is imported and asked."""
+    import os
+
+    try:
+        return any(n.startswith("nvidia_ml_py-") and n.endswith(".dist-info")
+                   for n in os.listdir(os.path.dirname(origin)))
+    except OSError:
+        return False
 
 
 def _library_loads() -> bool:
@@ -68,11 +86,11 @@ def session(module: Any = None) -> Iterator[Any]:
     if module is None:
         module = sys.modules.get("pynvml")
     if module is None:
-        absent = _no_pynvml()
-        if absent:
+        origin = _pynvml_origin()
+        if origin == "":
             raise NvmlUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py)", FIX_MISSING,
                                   missing=True)
-        if not _library_loads():
+        if origin is not None and _is_nvidia_ml_py(origin) and not _library_loads():
             # what nvmlInit says then, without importing pynvml first (about 20 ms of CPU: every
             # stress run's identity.json asks NVML, most machines that run CPU suites have none)
             raise NvmlUnavailable(f"NVML unavailable: {LIBRARY_NOT_FOUND}", FIX_NO_DRIVER)
