@@ -10,7 +10,9 @@ install still succeeds and the ledger uses its pure-Python route, saying so (doc
 it ``faulthunt.kernlog.parse`` finds the Xid lines in pure Python, with the same result
 (docs/kernlog.md). ``harness/sanitizer/_fold.c`` and ``harness/records/_record_json.c`` are
 CPython extensions built the same way; without them ``sanitize parse`` runs the same loop and
-writes the same JSON in Python (docs/sanitize.md).
+writes the same JSON in Python (docs/sanitize.md). ``harness/_childwake.c`` (no Python.h, loaded
+with ctypes) is the child-process watch's clock; without it the watch wakes in Python
+(docs/plugin.md).
 """
 
 from setuptools import Extension, setup
@@ -31,4 +33,7 @@ setup(ext_modules=[
     # SanitizerRecord.json_text in one step (records/sanitizer.py keeps the Python route)
     optional_extension("faulthunt.records._record_json", "harness/records/_record_json.c"),
     optional_extension("faulthunt.ledger._mapfast", "harness/ledger/_mapfast.c", "-fvisibility=hidden"),
+    # the child-process watch's clock (faulthunt.children wakes in Python without it)
+    optional_extension("faulthunt._childwake", "harness/_childwake.c",
+                       "-pthread", "-fvisibility=hidden", link=("-pthread",)),
 ])

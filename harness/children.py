@@ -16,8 +16,10 @@ Two ways of seeing a child, both cheap enough to leave on (docs/plugin.md has th
 - By polling, for what Python does not start (a helper binary's own children, a native library
   that forks): a daemon thread reads ``/proc/<pid>/task/<tid>/children`` of the worker and of the
   descendants found so far, every ``poll_s`` while a test runs (about 90 us a poll with a few
-  worker threads and no children: small /proc reads, under 0.1% of a core at 0.1 s); a child that lives shorter than the interval can be missed, and the summary then
-  falls back to the process name the Xid line carries.
+  worker threads and children: small /proc reads, under 0.1% of a core at 0.1 s; a worker with no
+  child at all answers one ``waitid`` and reads nothing); a child that lives shorter than the
+  interval can be missed, and the summary then falls back to the process name the Xid line
+  carries.
 
 The Linux proc connector (netlink, every fork/exec/exit on the machine) is not used: it needs
 CAP_NET_ADMIN, silently delivers nothing to a process in a non-initial pid namespace (every
@@ -125,6 +127,57 @@ class TaskChildren:
         self._fds.clear()
 
 
+#: waitid(2) option (Linux, <linux/wait.h>): children of every kind, clone children included
+_WALL = 0x40000000
+_ANY_CHILD = os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL
+
+
+def has_children() -> bool:
+    """Whether this process has a child of any kind (running, or exited and not yet reaped), by
+    one ``waitid(P_ALL, WNOHANG | WNOWAIT | __WALL)``, which reaps nothing and answers ECHILD
+    only when there is none: a poll of a worker that started nothing costs this one system call
+    instead of reading every thread's ``children`` file. Children of every thread count
+    (waitid waits for the whole thread group's). True when the call cannot answer."""
+    try:
+        os.waitid(os.P_ALL, 0, _ANY_CHILD)
+    except ChildProcessError:
+        return False
+    except OSError:  # EINVAL from a kernel before 4.7 (no __WALL for waitid): read /proc
+        return True
+    return True
+
+
+#: env: ``python`` wakes the poller in Python even where the compiled clock loads (tests, checks)
+WAKE_ENV = "FAULTHUNT_CHILD_WAKE"
+#: must equal CW_ABI in _childwake.c
+_WAKE_ABI = 1
+
+
+def wake_library() -> Any:
+    """The compiled clock (``_childwake.c``) with its prototypes set, or None: not built (no
+    compiler at install), another build, or :data:`WAKE_ENV` asks for Python. Loaded with ctypes:
+    it has no Python module in it."""
+    if os.environ.get(WAKE_ENV) == "python":
+        return None
+    import ctypes
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("faulthunt._childwake")
+        if spec is None or not spec.origin:
+            return None
+        lib = ctypes.CDLL(spec.origin)
+        lib.cw_abi.restype = ctypes.c_int
+        if lib.cw_abi() != _WAKE_ABI:
+            return None
+    except (OSError, AttributeError, ImportError, ValueError):
+        return None
+    lib.cw_start.argtypes, lib.cw_start.restype = [ctypes.c_int, ctypes.c_int64], ctypes.c_int
+    lib.cw_stop.argtypes, lib.cw_stop.restype = [], None
+    lib.cw_has_children.argtypes, lib.cw_has_children.restype = [], ctypes.c_int
+    return lib
+
+
 def children_file_available(pid: int) -> bool:
     """Whether this kernel lists a task's children in /proc (CONFIG_PROC_CHILDREN)."""
     return os.path.exists(f"/proc/{pid}/task/{pid}/children")
@@ -155,6 +208,10 @@ class ChildWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._own = TaskChildren(pid)
+        self._hooks: Any = None
+        #: the compiled clock and its pipe (read end, write end) when the poller runs on it
+        self._clock: Any = None
+        self._wake: tuple[int, int] | None = None
         self.polling = "off"
 
     def _new_lock(self) -> None:
@@ -199,9 +256,12 @@ class ChildWatch:
     # -- creation hooks ------------------------------------------------------------------------
 
     def install(self) -> None:
-        """Wrap the ways Python starts a process, and start the poller."""
-        import multiprocessing.process
+        """Wrap the ways Python starts a process, and start the poller. ``multiprocessing`` is
+        wrapped when it is imported (at once if it is already): a worker whose tests never use
+        it does not import it for us (a few ms a worker)."""
         import subprocess
+
+        from faulthunt.importhooks import PostImportHooks
 
         def after_popen(original: Any) -> Any:
             @functools.wraps(original)
@@ -232,7 +292,10 @@ class ChildWatch:
             return call
 
         self._patch(subprocess.Popen, "_execute_child", after_popen)
-        self._patch(multiprocessing.process.BaseProcess, "start", after_start)
+        self._hooks = PostImportHooks(failed="faulthunt: child processes started by {name} "
+                                             "will not be recorded")
+        self._hooks.add("multiprocessing.process",
+                        lambda module: self._patch(module.BaseProcess, "start", after_start))
         self._patch(os, "fork", lambda f: returns_pid(f, "fork"))
         self._patch(os, "forkpty", lambda f: returns_pid(f, "fork", 0))
         self._patch(os, "posix_spawn", lambda f: returns_pid(f, "posix_spawn"))
@@ -248,6 +311,13 @@ class ChildWatch:
 
     def uninstall(self) -> None:
         self._stop.set()
+        if self._clock is not None and os.getpid() == self.pid:
+            self._clock.cw_stop()
+            self._clock = None
+            if self._wake is not None:
+                os.close(self._wake[1])  # the reader sees the end, closes its side and returns
+        if self._hooks is not None:
+            self._hooks.remove()
         for owner, name, original in reversed(self._originals):
             setattr(owner, name, original)
         self._originals.clear()
@@ -261,9 +331,40 @@ class ChildWatch:
             self.polling = "unavailable: /proc/<pid>/task/<tid>/children missing (CONFIG_PROC_CHILDREN)"
             return
         self.polling = f"every {self.poll_s:g}s during a test"
-        self._thread = threading.Thread(target=self._poll_loop, name="faulthunt-children",
-                                        daemon=True)
+        target = self._poll_loop if not self._start_clock() else self._clock_loop
+        self._thread = threading.Thread(target=target, name="faulthunt-children", daemon=True)
         self._thread.start()
+
+    def _start_clock(self) -> bool:
+        """Wake on the compiled clock when it loads: it asks the kernel every ``poll_s`` and
+        wakes this thread only while the worker has a child (no Python at all meanwhile)."""
+        lib = wake_library()
+        if lib is None:
+            return False
+        r, w = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(w, False)
+        if lib.cw_start(w, int(self.poll_s * 1e9)) != 0:
+            os.close(r)
+            os.close(w)
+            return False
+        self._clock, self._wake = lib, (r, w)
+        return True
+
+    def _clock_loop(self) -> None:
+        assert self._wake is not None
+        r = self._wake[0]
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not os.read(r, 4096):  # the clock's end closed: uninstalled
+                        break
+                except InterruptedError:
+                    continue
+                if context.current_nodeid is not None and os.getpid() == self.pid:
+                    self.poll_once()
+        finally:
+            os.close(r)
+            self._own.close()
 
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -273,6 +374,8 @@ class ChildWatch:
 
     def poll_once(self) -> None:
         """Record every descendant not seen before, as the running test's."""
+        if not has_children():  # every descendant hangs below a child: none, nothing to read
+            return
         nodeid = context.current_nodeid  # once: the test may end while we look
         now = time.monotonic()
         queue, seen = [self.pid], {self.pid}

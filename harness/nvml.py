@@ -16,6 +16,7 @@ Tests pass a fake module (``session(fake)``) or put one in ``sys.modules["pynvml
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,10 +36,64 @@ class NvmlUnavailable(FaulthuntError):
         self.missing = missing
 
 
+#: pynvml's words when the library does not load (str of NVMLError_LibraryNotFound)
+LIBRARY_NOT_FOUND = "NVML Shared Library Not Found"
+
+
+def _pynvml_origin() -> str | None:
+    """The file ``import pynvml`` would load, "" when there is none, None when that cannot be
+    told (the import below then says what is wrong)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("pynvml")
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return ""
+    return spec.origin
+
+
+def _is_nvidia_ml_py(origin: str) -> bool:
+    """Whether ``origin`` is nvidia-ml-py's own pynvml (its dist-info beside it), whose
+    nvmlInit loads the library exactly as :func:`_library_loads` tries; a stand-in elsewhere
+    (tests, a shim) is imported and asked."""
+    import os
+
+    try:
+        return any(n.startswith("nvidia_ml_py-") and n.endswith(".dist-info")
+                   for n in os.listdir(os.path.dirname(origin)))
+    except OSError:
+        return False
+
+
+def _library_loads() -> bool:
+    """Whether NVML's library loads as pynvml loads it on Linux (elsewhere: left to pynvml)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def session(module: Any = None) -> Iterator[Any]:
     """An initialised NVML for the ``with`` body: yields the pynvml module (or ``module``)."""
     if module is None:
+        module = sys.modules.get("pynvml")
+    if module is None:
+        origin = _pynvml_origin()
+        if origin == "":
+            raise NvmlUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py)", FIX_MISSING,
+                                  missing=True)
+        if origin is not None and _is_nvidia_ml_py(origin) and not _library_loads():
+            # what nvmlInit says then, without importing pynvml first (about 20 ms of CPU: every
+            # stress run's identity.json asks NVML, most machines that run CPU suites have none)
+            raise NvmlUnavailable(f"NVML unavailable: {LIBRARY_NOT_FOUND}", FIX_NO_DRIVER)
         try:
             import pynvml  # nvidia-ml-py
         except ImportError:

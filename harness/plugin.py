@@ -339,6 +339,7 @@ class WorkerRecorder:
         self._subtests: dict[str, int] = {}
         self._subtests_failed: list[SubtestFailure] = []
         self._base: dict[str, str] = {}
+        self._count_of: Callable[[pytest.Item], int] = repeat_count
         self._hangs = 0
         context.worker_id = self.worker
         self.events.write(WorkerHello(worker=self.worker, pid=self.pid, ppid=os.getppid(),
@@ -403,9 +404,10 @@ class WorkerRecorder:
     # pytest hooks ----------------------------------------------------------------------------
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        count_of = _repeat_counts()
-        for item in session.items:
-            self._base[item.nodeid] = base_nodeid(item, count_of)
+        # each test's base id is worked out when it runs (pytest_runtest_protocol): an xdist
+        # worker collects the whole suite but runs its share of it; the repeat counts it needs
+        # are remembered per parent node
+        self._count_of = _repeat_counts()
         result = self.config.stash.get(_REPEATED, None) or RepeatResult()
         count = self.config.getoption("count", None)
         self.events.write(Collected(
@@ -429,7 +431,7 @@ class WorkerRecorder:
         nodeid = item.nodeid
         base = self._base.get(nodeid)
         if base is None:
-            base = self._base[nodeid] = base_nodeid(item)
+            base = self._base[nodeid] = base_nodeid(item, self._count_of)
         self._reports = []
         if self._subtests:
             self._subtests, self._subtests_failed = {}, []
@@ -655,16 +657,14 @@ _KNOWN_PLUGINS = {"xdist": "pytest-xdist", "repeat": "pytest-repeat", "timeout":
 
 
 def _plugins(config: pytest.Config) -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
+    """The version of each known plugin that is loaded ("?" when its distribution is not found),
+    read as identity.json reads package versions (importlib.metadata's answers, without parsing
+    every METADATA through the email package)."""
+    from faulthunt.identity import package_versions
 
-    out = {}
-    for name, dist in _KNOWN_PLUGINS.items():
-        if config.pluginmanager.hasplugin(name):
-            try:
-                out[dist] = version(dist)
-            except PackageNotFoundError:
-                out[dist] = "?"
-    return out
+    dists = tuple(dist for name, dist in _KNOWN_PLUGINS.items() if config.pluginmanager.hasplugin(name))
+    found = package_versions(dists)
+    return {dist: found.get(dist, "?") for dist in dists}
 
 
 class ControllerRecorder:

@@ -35,7 +35,6 @@ import errno
 import glob
 import json
 import os
-import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -94,7 +93,7 @@ class Layout:
 def new_run_id(now: float | None = None) -> str:
     """A sortable, collision-resistant run id: ``20261202-142900-1a2b``."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
-    return f"{stamp}-{secrets.token_hex(2)}"
+    return f"{stamp}-{os.urandom(2).hex()}"  # secrets.token_hex(2) (os.urandom) without its import
 
 
 def create_run_dir(run_dir: Path | str | None = None, base: Path | str | None = None) -> Path:

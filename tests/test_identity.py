@@ -23,16 +23,10 @@ def test_collect_basic_without_gpu_is_complete_and_json() -> None:
 
 
 def test_collect_basic_survives_missing_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
+    import sys
 
-    real_import = builtins.__import__
-
-    def no_pynvml(name, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if name == "pynvml":
-            raise ImportError("simulated: nvidia-ml-py absent")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    # nvidia-ml-py absent: `import pynvml` raises ImportError and find_spec finds nothing
+    monkeypatch.setitem(sys.modules, "pynvml", None)
     info = identity.collect_basic()
     assert info["gpus"] == [] and info["nvml"] is False
     assert "nvidia-ml-py" in info["gpu_note"]

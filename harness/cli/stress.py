@@ -95,7 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--junitxml", type=Path, default=None, metavar="PATH",
                         help="write a JUnit XML of the run: one testcase per base test with its "
                              "runs, failures and rate (docs/ci.md)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no live progress or table")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no live progress or table: one line with the outcome counts and the "
+                             "run directory (and, when the run did not pass, what to run next)")
     parser.set_defaults(pytest_options=None)
     for flags in PYTEST_VALUE_OPTIONS:
         parser.add_argument(*flags, action=_PytestOption, help=argparse.SUPPRESS)
@@ -105,7 +107,6 @@ def options(args: argparse.Namespace) -> StressOptions:
     """The StressOptions the arguments ask for (what needs no I/O to check is checked here;
     the rest by faulthunt.stress.options.check before anything starts)."""
     from faulthunt.errors import UsageError
-    from faulthunt.guard.config import spec_from_args
     from faulthunt.stress import DEFAULT_MAX_WORKER_RESTART, StressOptions, parse_gpus
 
     _check_unknown_options(getattr(args, "extra", None) or (), _OWN_OPTIONS)
@@ -120,7 +121,11 @@ def options(args: argparse.Namespace) -> StressOptions:
     if args.junitxml is not None:
         from faulthunt.report.ci import check_output_path
         check_output_path(args.junitxml, "--junitxml")
-    guard, path = spec_from_args(args.guard, args.guard_side)  # `--guard tests/`: a path
+    guard, path = None, None
+    if args.guard is not None or args.guard_side is not None:  # the guard package: ~10 ms to import
+        from faulthunt.guard.config import spec_from_args
+
+        guard, path = spec_from_args(args.guard, args.guard_side)  # `--guard tests/`: a path
     return StressOptions(
         pytest_args=_pytest_args(args, path),
         workers=workers, count=args.count, keyword=args.keyword,
@@ -178,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
         from faulthunt.report.terminal import render_summary
 
         render_summary(result.summary, result.run_dir, console)
+    else:
+        print(quiet_line(result.summary, result.run_dir, result.exit_status), flush=True)
     if not _ci_outputs_asked(args.junitxml):
         return result.exit_status
     from faulthunt.report.ci import write_ci_outputs  # GitHub step summary, annotations, JUnit
@@ -191,6 +198,35 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"faulthunt stress: {line}", file=sys.stderr)
     return result.exit_status
+
+
+def quiet_line(summary: dict[str, object], run_dir: Path, status: int) -> str:
+    """``-q``'s one line (pure): the outcome counts, the run directory and, when the run did not
+    pass, what to run next. Plain text, no renderer: ``-q`` stays cheap."""
+    import shlex
+
+    def count(key: str) -> int:
+        value = summary.get(key)
+        if isinstance(value, (list, tuple)):
+            return len(value)
+        return value if isinstance(value, int) else 0
+
+    def plural(n: int, noun: str) -> str:
+        return f"{n} {noun}{'' if n == 1 else 's'}"
+
+    outcomes = summary.get("outcomes")
+    passed = outcomes.get("passed", 0) if isinstance(outcomes, dict) else 0
+    errors = max(count("collection_errors"), count("collection_error_count"))
+    stopped = summary.get("stopped_early")
+    line = (f"faulthunt stress: {plural(count('tests_run'), 'test run')}: {passed} passed, "
+            f"{count('failures')} failing, {plural(count('xids'), 'Xid')}"
+            + (f", {plural(errors, 'collection error')}" if errors else "")
+            + (f"; stopped early: {stopped}" if stopped else "")
+            + f"; run directory: {run_dir}")
+    if status:
+        line += (f"; next: faulthunt report --run {shlex.quote(str(run_dir))} (what failed and "
+                 f"what to try; pytest's own output: {run_dir / 'reproducer.log'})")
+    return line
 
 
 def _ci_outputs_asked(junitxml: Path | None) -> bool:

@@ -31,19 +31,25 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import importlib
-import importlib.abc
 import importlib.util
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from faulthunt.errors import UsageError
-from faulthunt.ledger.writer import SAMPLE_BURST, SAMPLE_REFILL, STACKS_ENV, LedgerWriter, stack_mode
-from faulthunt.records.ledger import EVENT_NOTE
+from faulthunt.importhooks import PostImportHooks
+
+if TYPE_CHECKING:
+    from faulthunt.ledger.writer import LedgerWriter
+
+#: the ``note`` event (faulthunt.records.ledger.EVENT_NOTE, which tests/test_stress_lazy.py
+#: checks): the writer and the record module are imported when something is to be written
+EVENT_NOTE = "note"
 
 MODES = ("auto", "full", "cupti", "numba", "cupy", "torch", "off")
 #: environment variable through which stress tells workers which ledger mode to use
@@ -114,72 +120,30 @@ def plan(mode: str, cupti_problem: Callable[[], str | None]) -> Plan:
     return Plan(True, REFINEMENTS, (f"ledger: {mode}: cupti + refinements ({', '.join(REFINEMENTS)}, each when imported)",))
 
 
-class _HookLoader(importlib.abc.Loader):
-    def __init__(self, inner: Any, after: Callable[[ModuleType], None]) -> None:
-        self._inner, self._after = inner, after
-
-    def create_module(self, spec: Any) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
-        self._after(module)
-
-
-class PostImportHooks(importlib.abc.MetaPathFinder):
-    """Runs a callback right after a named module has been imported (once each)."""
-
-    def __init__(self) -> None:
-        self._hooks: dict[str, Callable[[ModuleType], None]] = {}
-        self._busy: set[str] = set()
-
-    def add(self, name: str, hook: Callable[[ModuleType], None]) -> None:
-        mod = sys.modules.get(name)
-        if mod is not None:
-            hook(mod)
-            return
-        self._hooks[name] = hook
-        if self not in sys.meta_path:
-            sys.meta_path.insert(0, self)
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        hook = self._hooks.get(fullname)
-        if hook is None or fullname in self._busy:
-            return None
-        self._busy.add(fullname)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy.discard(fullname)
-        if spec is None or spec.loader is None:
-            return None
-        del self._hooks[fullname]
-
-        def after(module: ModuleType) -> None:
-            try:
-                hook(module)
-            except Exception as exc:  # noqa: BLE001 - a broken refinement must never break the user's import
-                print(f"faulthunt ledger: {fullname} refinement failed: {exc!r}", file=sys.stderr)
-
-        spec.loader = _HookLoader(spec.loader, after)
-        return spec
-
-    def remove(self) -> None:
-        self._hooks.clear()
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-
-
 class LedgerHandle:
     """The ledger running in this process: its writer and started sources."""
 
-    def __init__(self, writer: LedgerWriter, plan_: Plan) -> None:
-        self.writer = writer
+    def __init__(self, writer: LedgerWriter | None, plan_: Plan,
+                 make: Callable[[], LedgerWriter] | None = None) -> None:
+        #: the writer, or None until :attr:`writer` is first asked for (``make`` makes it)
+        self._writer = writer
+        self._make = make
         self.plan = plan_
         self.sources: list[Source] = []
         self.hooks = PostImportHooks()
         self._lock = threading.Lock()
         self._stopped = False
+
+    @property
+    def writer(self) -> LedgerWriter:
+        """The process's writer, made on first use when the plan records nothing by itself
+        (no CUPTI: nothing is written until a refinement starts)."""
+        if self._writer is None:
+            with self._lock:
+                if self._writer is None:
+                    assert self._make is not None
+                    self._writer = self._make()
+        return self._writer
 
     @property
     def source_names(self) -> list[str]:
@@ -208,7 +172,8 @@ class LedgerHandle:
                     fl()
                 except Exception:  # noqa: BLE001 - a flush is best effort; a source that cannot flush still gets stop()
                     pass
-        self.writer.drain()
+        if self._writer is not None:
+            self._writer.drain()
 
     def stop(self) -> None:
         """Flush and stop every source (also run at exit)."""
@@ -221,7 +186,8 @@ class LedgerHandle:
                 s.stop()
             except Exception as exc:  # noqa: BLE001 - one source failing to stop must not keep the others or the file open
                 print(f"faulthunt ledger: stopping {s.name} failed: {exc!r}", file=sys.stderr)
-        self.writer.close()
+        if self._writer is not None:
+            self._writer.close()
 
 
 _active: LedgerHandle | None = None
@@ -230,6 +196,51 @@ _active: LedgerHandle | None = None
 def active() -> LedgerHandle | None:
     """The ledger installed in this process, if any."""
     return _active
+
+
+#: what :func:`faulthunt.ledger.cupti_source.problem` says when cupti-python is not installed
+#: (said here without importing that module, which costs a worker about 5 ms)
+NOT_INSTALLED = ("cupti-python is not installed (cupti); "
+                 "pip install 'cupti-python==<your CUDA major>.*' (e.g. 13.* for CUDA 13)")
+
+
+def cupti_problem(find: Callable[[str], Any] = importlib.util.find_spec,
+                  driver: Callable[[], str | None] | None = None) -> str | None:
+    """None when CUPTI can be used here, else why not (:func:`.cupti_source.problem`).
+
+    Its expensive parts (importing the CUPTI source, cupti-python and libcupti: several ms a
+    worker) are skipped when cupti-python is not installed at all, or when no CUDA driver library
+    loads, as on a machine that runs only CPU suites; the reason is said the same way.
+    ``find`` and ``driver`` are injectable for tests.
+    """
+    source = sys.modules.get("faulthunt.ledger.cupti_source")
+    if source is not None:  # loaded already (its import is the cost): its own probe
+        return source.problem()
+    try:
+        absent = find("cupti") is None
+    except (ImportError, ValueError):  # a broken or half-imported package: the full probe says why
+        absent = False
+    if absent:
+        return NOT_INSTALLED
+    no_driver = (driver or _driver_problem)()
+    if no_driver:
+        return no_driver
+    from faulthunt.ledger import cupti_source
+
+    return cupti_source.problem()
+
+
+def _driver_problem() -> str | None:
+    """Why the CUDA driver library does not load here, else None. On a GPU machine this loads
+    libcuda, which CUPTI loads anyway."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return (f"no CUDA driver library here ({exc}); CUPTI records only where the NVIDIA "
+                "driver is installed")
+    return None
 
 
 def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> LedgerHandle | None:
@@ -241,46 +252,84 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
     global _active
     if _active is not None:
         return _active
-    from faulthunt.ledger import cupti_source
-
-    p = plan(mode, cupti_source.problem)
+    p = plan(mode, cupti_problem)
     say = (lambda m: None) if quiet else (lambda m: print(f"faulthunt {m}", file=sys.stderr))
     if not p.cupti and not p.refinements:
         for m in p.messages:
             say(m)
         return None
+    handle = _refinements_only(ledger_dir, p, say) if not p.cupti else _with_cupti(ledger_dir, p, say)
+    if handle is None:
+        return None
+    _active = handle
+    atexit.register(handle.stop)
+    return handle
+
+
+def _route_note(writer: LedgerWriter, say: Callable[[str], None]) -> None:
+    route = writer.route
+    writer.note_when_open(f"ledger route: {route.name} (backend {writer.backend})"
+                          + (f"; {route.why}" if route.why else ""))
+    if route.why:
+        say(f"ledger: route {route.name}: {route.why}")
+
+
+def _refinements_only(ledger_dir: Path, p: Plan, say: Callable[[str], None]) -> LedgerHandle:
+    """Without CUPTI nothing records until a framework is imported: the refinements are armed
+    now; the writer (its module, the compiled library, the route) is made when one starts, and
+    the file at its first record. A worker of a CPU-only suite makes none of them. The plan's
+    notes keep the time they were said."""
+    said_at = time.time()
+    for m in p.messages:
+        say(m)
+
+    def make() -> LedgerWriter:
+        from faulthunt.ledger.writer import LedgerWriter
+
+        writer = LedgerWriter(ledger_dir, lazy=True)
+        _route_note(writer, say)
+        for m in p.messages:
+            writer.note_when_open(m, t=said_at)
+        return writer
+
+    handle = LedgerHandle(None, p, make=make)
+    for name in p.refinements:
+        handle.arm(name)
+    return handle
+
+
+def _with_cupti(ledger_dir: Path, p: Plan, say: Callable[[str], None]) -> LedgerHandle | None:
+    """CUPTI's compiled callback writes into the file's mapping: the file is made now."""
+    from faulthunt.ledger import cupti_source
+    from faulthunt.ledger.writer import SAMPLE_BURST, SAMPLE_REFILL, STACKS_ENV, LedgerWriter, stack_mode
+
     handle = LedgerHandle(LedgerWriter(ledger_dir), p)
     if p.lean and STACKS_ENV not in os.environ:
         handle.writer.set_stacks("sampled")
-    route = handle.writer.route
-    handle.note(f"ledger route: {route.name} (backend {handle.writer.backend})"
-                + (f"; {route.why}" if route.why else ""))
-    if route.why:
-        say(f"ledger: route {route.name}: {route.why}")
+    _route_note(handle.writer, say)
     messages = p.messages
-    if p.cupti:
-        try:
-            # auto: allocation lines from the calls' own callbacks (no MEMORY2 activity to pay for)
-            src = cupti_source.start(handle.writer, say=say, allocs="callback" if p.lean else "activity")
-            handle.sources.append(src)
-        except Exception as exc:  # noqa: BLE001 - CUPTI's binding raises its own errors, OSError, RuntimeError: any means no CUPTI, said
-            # CUPTI passed the probe but would not start (another profiler, driver trouble).
-            msg = f"ledger: CUPTI failed to start ({exc}); continuing with framework refinements"
-            say(msg)
-            handle.note(msg)
-            if not p.refinements:
-                handle.writer.close()
-                return None
-            # the plan's "cupti + refinements" line would now be untrue; without CUPTI the
-            # refinements are all there is (under compute-sanitizer, say): every one is armed
-            refinements = REFINEMENTS if p.lean else p.refinements
-            messages = (f"ledger: framework refinements only ({', '.join(refinements)}, "
-                        "each when imported): no launch records",)
-            handle.plan = p = dataclasses.replace(p, cupti=False, refinements=refinements, lean=False)
-            handle.writer.set_stacks(stack_mode())
+    try:
+        # auto: allocation lines from the calls' own callbacks (no MEMORY2 activity to pay for)
+        src = cupti_source.start(handle.writer, say=say, allocs="callback" if p.lean else "activity")
+        handle.sources.append(src)
+    except Exception as exc:  # noqa: BLE001 - CUPTI's binding raises its own errors, OSError, RuntimeError: any means no CUPTI, said
+        # CUPTI passed the probe but would not start (another profiler, driver trouble).
+        msg = f"ledger: CUPTI failed to start ({exc}); continuing with framework refinements"
+        say(msg)
+        handle.note(msg)
+        if not p.refinements:
+            handle.writer.close()
+            return None
+        # the plan's "cupti + refinements" line would now be untrue; without CUPTI the
+        # refinements are all there is (under compute-sanitizer, say): every one is armed
+        refinements = REFINEMENTS if p.lean else p.refinements
+        messages = (f"ledger: framework refinements only ({', '.join(refinements)}, "
+                    "each when imported): no launch records",)
+        handle.plan = p = dataclasses.replace(p, cupti=False, refinements=refinements, lean=False)
+        handle.writer.set_stacks(stack_mode())
     for m in messages:
         say(m)
-        handle.note(m)
+        handle.writer.note_when_open(m)
     if p.lean:
         # read back by the mapper (``arrays: false``): its answer says per-array bounds were not
         # recorded in this process and how to get them
@@ -288,8 +337,6 @@ def install(ledger_dir: Path, mode: str = "auto", *, quiet: bool = False) -> Led
             burst=SAMPLE_BURST, rate=round(1 / SAMPLE_REFILL)))
     for name in p.refinements:
         handle.arm(name)
-    _active = handle
-    atexit.register(handle.stop)
     return handle
 
 

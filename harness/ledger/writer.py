@@ -354,14 +354,14 @@ class LedgerWriter:
     """
 
     def __init__(self, ledger_dir: Path | str, fsync: bool = False, stacks: str | None = None,
-                 backend: str | None = None, route: Any = None) -> None:
+                 backend: str | None = None, route: Any = None, lazy: bool = False) -> None:
         from faulthunt.ledger.route import choose
 
         self.route = route if route is not None else choose()
         self.ledger_dir = Path(ledger_dir)
         self._fsync = fsync
         self._lock = threading.Lock()
-        self._pid = -1
+        self._pid = os.getpid()
         self._fd = -1
         self._mm: mmap.mmap | None = None
         self._pos = 0          # file offset of the next byte
@@ -383,7 +383,15 @@ class LedgerWriter:
         #: the name of the CUPTI source recording driver-level allocations and frees into this
         #: writer, once one started (refinements leave to it what it records)
         self.cupti: str | None = None
-        self._open()
+        #: encoded notes about the ledger's own set-up, waiting for the file (:meth:`note_when_open`)
+        self._held: list[bytes] = []
+        self._reopen = threading.Lock()
+        if lazy:
+            # the file, its mapping and the compiled library's flush thread wait for the first
+            # record: a process that never records (a CPU-only suite) makes none of them
+            self._put = self._put_first
+        else:
+            self._open()
         _writers.add(self)
         if self.route.deferred:
             self._defer()
@@ -428,6 +436,28 @@ class LedgerWriter:
             self._put = self._put_write
         self.record("note", "ledger", t_mono=time.monotonic(),
                     message=f"ledger opened ({self.backend})" + (f": {why}" if why else ""))
+        held, self._held = self._held, []
+        for data in held:
+            self._put(data)
+
+    @property
+    def opened(self) -> bool:
+        """Whether this process's file exists yet (a lazy writer makes it at its first record)."""
+        return self._fd >= 0
+
+    def note_when_open(self, message: str, t: float | None = None, **fields: Any) -> None:
+        """A note about the ledger's own set-up: written now when the file is open, else kept
+        (encoded now, with its time: ``t``, default now) and written right after the file's opening note, when the
+        first record makes the file. A process that never records leaves no file."""
+        rec: dict[str, Any] = {"event": "note", "t": time.time() if t is None else t, "pid": os.getpid(),
+                               "nodeid": context.current_nodeid, "source": "ledger",
+                               "message": message}
+        rec.update((k, v) for k, v in fields.items() if v is not None)
+        with self._reopen:  # not racing the first record's opening (which writes what is held)
+            if self._fd < 0 and self._put == self._put_first:
+                self._held.append((encode_record(rec) + "\n").encode("utf-8"))
+                return
+        self.write(rec)
 
     @staticmethod
     def _continue(fd: int, path: Path) -> tuple[int, bool]:
@@ -504,6 +534,9 @@ class LedgerWriter:
         # (the library's fork handler): forget it.
         self._lock = threading.Lock()
         self._reopen = threading.Lock()
+        self._held = []  # the parent's set-up notes: the parent writes them (or, never opened, none)
+        if self._fd < 0 and self._put == self._put_first:  # lazy, never opened: the child's own pid
+            self._pid = os.getpid()
         if self.route.deferred:
             self._q.clear()  # the parent's queue: the parent writes it
             self._drain_lock = threading.Lock()
@@ -520,8 +553,16 @@ class LedgerWriter:
     def _put_first(self, data: bytes) -> None:
         with self._reopen:  # not self._lock: opening writes the opening note through it
             if self._fd < 0:
-                self._open()  # replaces self._put
+                try:
+                    self._open()  # replaces self._put
+                except OSError as exc:  # on the allocation path of the code under test: never raise
+                    self._put = self._put_lost
+                    print(f"faulthunt ledger: cannot create {self.path} ({exc}); records are being lost",
+                          file=sys.stderr)
         self._put(data)
+
+    def _put_lost(self, data: bytes) -> None:
+        self.dropped += 1
 
     @property
     def path(self) -> Path:

@@ -166,7 +166,7 @@ def _by_signal(status: int | None) -> str:
 def _guard_asked(run: RunDir, got: Collected) -> bool:
     """Guard mode was on (``--guard``, or FAULTHUNT_GUARD in the run's environment): only then is
     the ledger read for its guard records (a large ledger without any is not scanned for none)."""
-    from faulthunt.guard.config import GUARD_ENV
+    from faulthunt.stress.defaults import GUARD_ENV
 
     return got.plan.opts.guard is not None or bool((run.env() or {}).get(GUARD_ENV))
 

@@ -415,10 +415,14 @@ def _write_or_note(disk_full: list[str], write: Callable[[], None]) -> None:
 
 def _seal_ledgers(run_dir: Path) -> None:
     """The collector finishing its own data: cut the unwritten reserve off the ledger files of
-    workers that died (a worker that exits cuts its own); everything after this only reads."""
-    from faulthunt.ledger.writer import seal_dead
-
+    workers that died (a worker that exits cuts its own); everything after this only reads.
+    A run whose workers recorded nothing (a CPU-only suite) has no ledger file: nothing to load."""
+    ledger = run_dir / Layout.LEDGER_DIR
     try:
-        seal_dead(run_dir / Layout.LEDGER_DIR)
+        if not any(ledger.glob("*.jsonl")):
+            return
+        from faulthunt.ledger.writer import seal_dead
+
+        seal_dead(ledger)
     except OSError as exc:
         print(f"faulthunt stress: sealing the ledger files: {exc}", file=sys.stderr)

@@ -9,3 +9,6 @@ DEFAULT_MAX_WORKER_RESTART = 1000
 DEFAULT_TIMEOUT_S = 300.0
 #: the --ledger modes (faulthunt.ledger.MODES, which tests/test_stress_output.py checks)
 LEDGER_MODES = ("auto", "full", "cupti", "numba", "cupy", "torch", "off")
+#: the workers' guard-mode variable (faulthunt.guard.config.GUARD_ENV, which
+#: tests/test_stress_lazy.py checks): read here without importing the guard package
+GUARD_ENV = "FAULTHUNT_GUARD"
