@@ -14,7 +14,8 @@ run before the process creates its CUDA context (the pytest plugin calls it from
                free_completed (:mod:`.torch_trace`)
 
 cuda.core has no refinement of its own: its device memory resources allocate from the driver's
-stream-ordered pools (``cuMemAllocFromPoolAsync``), which CUPTI's MEMORY2 records already cover.
+stream-ordered pools (``cuMemAllocFromPoolAsync``), whose calls CUPTI's callbacks (``auto``) and
+MEMORY2 records (``full``) already cover.
 
 Framework refinements are installed when the framework is imported (a post-import hook), so a
 worker that never imports torch pays nothing for it and one that does is hooked before its first
@@ -61,7 +62,8 @@ REFINEMENTS = ("numba", "cupy", "torch")
 LEAN_REFINEMENTS = ("torch",)
 #: what ``auto`` leaves to ``full``, said in its note (and read back by the mapper: ``arrays``)
 LEAN_NOTE = ("ledger: auto: CuPy arrays and numba's Python-level frees are not recorded (CuPy pool "
-             "segments and numba's driver allocations are, from CUPTI), and driver allocations keep "
+             "segments and numba's driver allocations are, from CUPTI's callbacks on the allocation "
+             "calls, so a CUDA graph's memory nodes are not), and driver allocations keep "
              "their stacks only while sampled (the first {burst} of each test, then up to {rate} a "
              "second); --ledger full records every array with its stack (for a rerun of a known "
              "failure: faulthunt stress --ledger full --faulthunt-id ID)")
