@@ -233,11 +233,13 @@ def _wanted_ids(config: pytest.Config) -> dict[str, str]:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
     """Keep only the tests named with --faulthunt-id (faulthunt.nodeids.pytest_selection), each
     as pytest reads a node id argument (a class or an unparametrized name selects what is under
     it). An id that selects nothing is a usage error here, in the one process of a run without
-    xdist; under xdist the controller says it (a worker's error would read as a crash)."""
+    xdist; under xdist the controller says it (a worker's error would read as a crash). Not
+    after a collection error: the id may be in the module that failed, which pytest names."""
     wanted = _wanted_ids(config)
     if not wanted:
         return
@@ -246,7 +248,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         forms = {item.nodeid, *nodeids.selected_by(base_nodeid(item))}
         (keep if not wanted.keys().isdisjoint(forms) else drop).append(item)
-    if not hasattr(config, "workerinput") and config.getoption("dist", "no") == "no":
+    # the xdist controller's session (dsession, registered at configure) collects nothing itself
+    if (not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin("dsession")
+            and not session.testsfailed):
         missing = nodeids.unmatched(wanted, [n for i in keep for n in (i.nodeid, base_nodeid(i))])
         if missing:
             raise pytest.UsageError(nodeids.not_found_text(missing, map(base_nodeid, items)))
@@ -261,6 +265,9 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     what the worker kept) is a usage error, said by the controller (pytest prints it as
     ``ERROR: ...`` and exits 4)."""
     wanted = _wanted_ids(node.config)
+    reporter = node.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and reporter.stats.get("error"):
+        return  # a collection error a worker sent: the id may be in the module that failed
     missing = nodeids.unmatched(wanted, ids) if wanted else []
     if missing:
         # a worker's pytest that finds no node for one root collects nothing and says nothing

@@ -159,3 +159,17 @@ class TestC:
                                            "2", *pytest_selection(ids))
     result.assert_outcomes(passed=2 * 4, failed=2)
     result.stdout.fnmatch_lines(["*TestUnit::test_fail?2-2? FAILED*"])
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_collection_error_is_not_hidden_behind_a_missing_id(pytester: pytest.Pytester,
+                                                             workers: str) -> None:
+    """The named test may be in the module that failed to import: pytest's collection error is
+    what is said, as before."""
+    pytester.makepyfile(test_m=ODD, test_broken="import no_such_module_zz\ndef test_b(): pass\n")
+    result = pytester.runpytest_subprocess("-p", "faulthunt", "-p", "xdist", "-n", workers,
+                                           "--faulthunt-id=test_m.py::test_nope", "--",
+                                           "test_m.py", "test_broken.py")
+    assert result.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED)
+    assert "matches no collected test" not in result.stderr.str()
+    result.stdout.fnmatch_lines(["*ERROR*test_broken.py*"])
