@@ -232,6 +232,13 @@ def _wanted_ids(config: pytest.Config) -> dict[str, str]:
     return wanted
 
 
+def _narrowed(config: pytest.Config) -> bool:
+    """Whether another selection (-k, -m, --deselect, --lf) may have left out a named test
+    before the --faulthunt-id filter saw the items: then a named test that is not there may
+    well exist, and pytest's "no tests ran" is what is said."""
+    return any(config.getoption(name, None) for name in ("keyword", "markexpr", "deselect", "lf"))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
@@ -250,7 +257,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         (keep if not wanted.keys().isdisjoint(forms) else drop).append(item)
     # the xdist controller's session (dsession, registered at configure) collects nothing itself
     if (not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin("dsession")
-            and not session.testsfailed):
+            and not session.testsfailed and not _narrowed(config)):
         missing = nodeids.unmatched(wanted, [n for i in keep for n in (i.nodeid, base_nodeid(i))])
         if missing:
             raise pytest.UsageError(nodeids.not_found_text(missing, map(base_nodeid, items)))
@@ -266,8 +273,8 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     ``ERROR: ...`` and exits 4)."""
     wanted = _wanted_ids(node.config)
     reporter = node.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and reporter.stats.get("error"):
-        return  # a collection error a worker sent: the id may be in the module that failed
+    if (reporter is not None and reporter.stats.get("error")) or _narrowed(node.config):
+        return  # a collection error a worker sent (the id may be in the module that failed)
     missing = nodeids.unmatched(wanted, ids) if wanted else []
     if missing:
         # a worker's pytest that finds no node for one root collects nothing and says nothing

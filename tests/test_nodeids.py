@@ -173,3 +173,12 @@ def test_a_collection_error_is_not_hidden_behind_a_missing_id(pytester: pytest.P
     assert result.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED)
     assert "matches no collected test" not in result.stderr.str()
     result.stdout.fnmatch_lines(["*ERROR*test_broken.py*"])
+
+
+def test_a_named_test_left_out_by_k_is_not_called_missing(pytester: pytest.Pytester) -> None:
+    """-k ran before the filter: the test exists, pytest's "deselected" is what is said."""
+    pytester.makepyfile(test_m=ODD)
+    result = pytester.runpytest_subprocess("-p", "faulthunt", "-k", "nothing",
+                                           *pytest_selection(["test_m.py::test_odd[a b]"]))
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert "matches no collected test" not in result.stderr.str()
