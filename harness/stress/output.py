@@ -116,7 +116,7 @@ class PytestOutput:
         if _SECTION_HEAD.match(line):  # another section ("ERROR at setup of t.py::test_a")
             self._collecting = None
             return
-        if self._conftest(line):
+        if line.startswith(("ImportError while", "E   ")) and self._conftest(line):
             return
         if self._collecting is not None and line.startswith("E   "):
             self._set_message(self._collecting, line[1:].strip())
