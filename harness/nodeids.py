@@ -13,9 +13,11 @@ on the command line matches nothing ("0 test runs").
 
 from __future__ import annotations
 
+import difflib
 import os
 import posixpath
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from faulthunt.errors import UsageError
@@ -105,3 +107,52 @@ def pytest_selection(ids: Iterable[str], where: str = "", *, rootdir: str | Path
         head = rootdir_option(rootdir)
         roots = [rebase(r, rootdir, cwd) for r in roots]
     return head + [f"{SELECT_OPTION}={i}" for i in checked] + ["--", *roots]
+
+
+#: pytest-repeat's step at the end of a node id: ``t[2-5]`` or ``t[x-2-5]`` (the same shape
+#: faulthunt.repeat gives its copies)
+_STEP = re.compile(r"\[\d+-\d+\]$|-\d+-\d+(?=\]$)")
+
+
+def without_step(nodeid: str) -> str:
+    """``nodeid`` without a trailing pytest-repeat step, read from the text alone (``t[x-2-5]``
+    -> ``t[x]``). A user parameter that looks like a step is cut too: callers also try the id
+    as it is."""
+    return _STEP.sub("", nodeid, count=1)
+
+
+def selected_by(base: str) -> list[str]:
+    """The ids that select a test whose id (without a repeat step) is ``base``, as pytest reads a
+    node id given as an argument: the id itself, the test without its parameters, and each
+    class or module node above it (``a.py::C::t[x]``: also ``a.py::C::t`` and ``a.py::C``)."""
+    found = [base]
+    node = collection_root(base)
+    path, sep, rest = node.partition("::")
+    parts = rest.split("::") if sep else []
+    for n in range(len(parts), 0, -1):
+        found.append("::".join([path, *parts[:n]]))
+    return list(dict.fromkeys(found))
+
+
+def unmatched(wanted: Mapping[str, str], collected: Iterable[str]) -> list[str]:
+    """The asked ids (``wanted``: each form pytest may name it by -> the id as asked) that no id
+    in ``collected`` (test ids, with or without a repeat step) is selected by, in asked order."""
+    hit: set[str] = set()
+    for nodeid in collected:
+        for form in {nodeid, without_step(nodeid)}:
+            hit.update(wanted[f] for f in selected_by(form) if f in wanted)
+    return [asked for asked in dict.fromkeys(wanted.values()) if asked not in hit]
+
+
+def not_found_text(missing: Sequence[str], collected: Iterable[str] = (), note: str = "") -> str:
+    """One line saying which asked ids matched no collected test, the closest collected ids
+    (when ``collected`` is given), ``note`` and the fix."""
+    names = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
+    what = "matches" if len(missing) == 1 else "match"
+    text = f"test id {names} {what} no collected test"
+    close = difflib.get_close_matches(missing[0], list(dict.fromkeys(collected)), n=3) \
+        if missing else []
+    if close:
+        text += f" (closest: {', '.join(close)})"
+    return (text + note + "; fix: name tests by the ids pytest lists (python -m pytest --collect-only "
+            "-q FILE), with their parameters as they are written there")

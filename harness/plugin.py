@@ -37,7 +37,7 @@ import pytest
 
 import msgspec
 
-from faulthunt import context
+from faulthunt import context, nodeids
 from faulthunt.cudaerrors import find_sticky
 from faulthunt.records.events import (Collected, CollectError, Crash, Hang, NotRepeated,
                                       ProcessInfo, Recycle, Recycled, RecycleLost, RestartLimit,
@@ -248,34 +248,71 @@ def _still_repeated(items: list[pytest.Item], repeated: dict[str, int]) -> dict[
     return {name: len(b) for name, b in bases.items()}
 
 
-def _wanted_ids(config: pytest.Config) -> set[str]:
-    """The --faulthunt-id values, each also as pytest names it: an id whose file path is absolute
-    or relative to where pytest was started (``/repo/tests/t.py::test_a``, as a user or a shell
-    completion writes it) matches the rootdir-relative node id of the same file."""
-    wanted: set[str] = set()
+def _wanted_ids(config: pytest.Config) -> dict[str, str]:
+    """The --faulthunt-id values, each also as pytest names it (form -> the id as asked): an id
+    whose file path is absolute or relative to where pytest was started
+    (``/repo/tests/t.py::test_a``, as a user or a shell completion writes it) matches the
+    rootdir-relative node id of the same file."""
+    wanted: dict[str, str] = {}
     for nodeid in config.getoption("faulthunt_ids", None) or ():
-        wanted.add(nodeid)
+        wanted.setdefault(nodeid, nodeid)
         path, sep, rest = nodeid.partition("::")
         full = os.path.normpath(os.path.join(config.invocation_params.dir, path))
         rel = os.path.relpath(full, config.rootpath)
         if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
-            wanted.add(f"{Path(rel).as_posix()}{sep}{rest}")
+            wanted.setdefault(f"{Path(rel).as_posix()}{sep}{rest}", nodeid)
     return wanted
 
 
+def _narrowed(config: pytest.Config) -> bool:
+    """Whether another selection (-k, -m, --deselect, --lf) may have left out a named test
+    before the --faulthunt-id filter saw the items: then a named test that is not there may
+    well exist, and pytest's "no tests ran" is what is said."""
+    return any(config.getoption(name, None) for name in ("keyword", "markexpr", "deselect", "lf"))
+
+
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep only the tests named with --faulthunt-id (faulthunt.nodeids.pytest_selection)."""
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """Keep only the tests named with --faulthunt-id (faulthunt.nodeids.pytest_selection), each
+    as pytest reads a node id argument (a class or an unparametrized name selects what is under
+    it). An id that selects nothing is a usage error here, in the one process of a run without
+    xdist; under xdist the controller says it (a worker's error would read as a crash). Not
+    after a collection error: the id may be in the module that failed, which pytest names."""
     wanted = _wanted_ids(config)
     if not wanted:
         return
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
-        (keep if item.nodeid in wanted or base_nodeid(item) in wanted else drop).append(item)
+        forms = {item.nodeid, *nodeids.selected_by(base_nodeid(item))}
+        (keep if not wanted.keys().isdisjoint(forms) else drop).append(item)
+    # the xdist controller's session (dsession, registered at configure) collects nothing itself
+    if (not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin("dsession")
+            and not session.testsfailed and not _narrowed(config)):
+        missing = nodeids.unmatched(wanted, [n for i in keep for n in (i.nodeid, base_nodeid(i))])
+        if missing:
+            raise pytest.UsageError(nodeids.not_found_text(missing, map(base_nodeid, items)))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Under xdist: a --faulthunt-id that selected nothing in a worker's collection (``ids``,
+    what the worker kept) is a usage error, said by the controller (pytest prints it as
+    ``ERROR: ...`` and exits 4)."""
+    wanted = _wanted_ids(node.config)
+    reporter = node.config.pluginmanager.get_plugin("terminalreporter")
+    if (reporter is not None and reporter.stats.get("error")) or _narrowed(node.config):
+        return  # a collection error a worker sent (the id may be in the module that failed)
+    missing = nodeids.unmatched(wanted, ids) if wanted else []
+    if missing:
+        # a worker's pytest that finds no node for one root collects nothing and says nothing
+        may_hide = " (one of them may have stopped the collection: -n 0 says which)" \
+            if not ids and len(missing) > 1 else ""
+        raise pytest.UsageError(nodeids.not_found_text(missing, note=may_hide))
 
 
 @pytest.hookimpl(trylast=True)

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from faulthunt.errors import UsageError
-from faulthunt.nodeids import (check_node_id, collection_root, is_node_id, problem,
-                               pytest_selection)
+from faulthunt.nodeids import (check_node_id, collection_root, is_node_id, not_found_text,
+                               problem, pytest_selection, selected_by, unmatched, without_step)
 
 pytest_plugins = ["pytester"]
 
@@ -98,3 +98,87 @@ def test_selection_by_absolute_or_cwd_relative_path_matches_pytests_id(
                           "--", "test_m.py")
     result.assert_outcomes(passed=1, deselected=5)
     result.stdout.fnmatch_lines(["test_m.py::test_plain PASSED*"])  # -v names it from the cwd
+
+
+def test_selected_by_reads_an_id_as_pytest_does() -> None:
+    assert selected_by("a.py::C::t[x::y]") == ["a.py::C::t[x::y]", "a.py::C::t", "a.py::C"]
+    assert selected_by("a.py::t") == ["a.py::t"]
+    assert [without_step(i) for i in ("t.py::t[a b-2-3]", "t.py::t[2-3]", "t.py::t[a b]")] == [
+        "t.py::t[a b]", "t.py::t", "t.py::t[a b]"]
+
+
+def test_unmatched_names_the_asked_ids_nothing_selected() -> None:
+    wanted = {"t.py::t[a b]": "t.py::t[a b]", "t.py::C": "t.py::C", "sub/t.py::u": "/r/sub/t.py::u",
+              "/r/sub/t.py::u": "/r/sub/t.py::u", "t.py::t[a b-2-3]": "t.py::t[a b-2-3]",
+              "t.py::t[nope]": "t.py::t[nope]"}
+    collected = ["t.py::t[a b-1-3]", "t.py::C::test_a[2-3]", "t.py::t[a b-2-3]"]
+    assert unmatched(wanted, collected) == ["/r/sub/t.py::u", "t.py::t[nope]"]
+    text = not_found_text(["t.py::t[nope]"], ["t.py::t[a b]", "t.py::t[bold]", "t.py::other"])
+    assert text.startswith("test id 't.py::t[nope]' matches no collected test (closest: ")
+    assert "t.py::t[bold]" in text and "fix: " in text
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_an_id_that_selects_nothing_is_a_usage_error_naming_it(pytester: pytest.Pytester,
+                                                             workers: str) -> None:
+    """D11: with or without xdist, pytest says which id matched nothing (exit 4), not "no tests
+    ran"; without xdist the closest collected ids too."""
+    pytester.makepyfile(test_m=ODD)
+    args = ["-p", "faulthunt", "-p", "repeat", "-p", "xdist", "-n", workers, "--count", "2",
+            *pytest_selection(["test_m.py::test_odd[a b]", "test_m.py::test_odd[nonexistent]"])]
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    said = result.stderr.str()
+    assert ("ERROR: test id 'test_m.py::test_odd[nonexistent]' matches no collected test"
+            in said), said
+    assert "fix: name tests by the ids pytest lists" in said
+    assert "test_odd[a b]'" not in said
+    assert ("(closest: test_m.py::test_odd[" in said) == (workers == "0")
+
+
+def test_ids_of_classes_methods_and_plain_tests_select_what_pytest_would(
+        pytester: pytest.Pytester) -> None:
+    """D10: beside a parametrized id, a unittest method, a class and an unparametrized name are
+    selected as pytest reads them, each --count times (the repeat step matched or not)."""
+    pytester.makepyfile(test_m=ODD + '''
+import unittest
+
+class TestUnit(unittest.TestCase):
+    def test_fail(self):
+        self.fail("no")
+    def test_ok(self):
+        pass
+
+class TestC:
+    def test_c1(self): pass
+    def test_c2(self): pass
+''')
+    ids = ["test_m.py::test_odd[a b]", "test_m.py::TestUnit::test_fail", "test_m.py::TestC",
+           "test_m.py::test_plain"]
+    result = pytester.runpytest_subprocess("-p", "faulthunt", "-p", "repeat", "-v", "--count",
+                                           "2", *pytest_selection(ids))
+    result.assert_outcomes(passed=2 * 4, failed=2)
+    result.stdout.fnmatch_lines(["*TestUnit::test_fail?2-2? FAILED*"])
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_collection_error_is_not_hidden_behind_a_missing_id(pytester: pytest.Pytester,
+                                                             workers: str) -> None:
+    """The named test may be in the module that failed to import: pytest's collection error is
+    what is said, as before."""
+    pytester.makepyfile(test_m=ODD, test_broken="import no_such_module_zz\ndef test_b(): pass\n")
+    result = pytester.runpytest_subprocess("-p", "faulthunt", "-p", "xdist", "-n", workers,
+                                           "--faulthunt-id=test_m.py::test_nope", "--",
+                                           "test_m.py", "test_broken.py")
+    assert result.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED)
+    assert "matches no collected test" not in result.stderr.str()
+    result.stdout.fnmatch_lines(["*ERROR*test_broken.py*"])
+
+
+def test_a_named_test_left_out_by_k_is_not_called_missing(pytester: pytest.Pytester) -> None:
+    """-k ran before the filter: the test exists, pytest's "deselected" is what is said."""
+    pytester.makepyfile(test_m=ODD)
+    result = pytester.runpytest_subprocess("-p", "faulthunt", "-k", "nothing",
+                                           *pytest_selection(["test_m.py::test_odd[a b]"]))
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert "matches no collected test" not in result.stderr.str()

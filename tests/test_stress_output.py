@@ -140,6 +140,20 @@ def test_scanner_setup_errors_are_not_collection_errors():
      "with -n 0 shows pytest's own message (xdist hides some usage errors, such as a bad -k "
      "expression, behind one)"),
     ("nothing pytest would say\n", None),
+    # a conftest.py that raises at import (pytest 9.2, exit 4, no summary line; D14)
+    ("ImportError while loading conftest '/tmp/x/conftest.py'.\nconftest.py:1: in <module>\n"
+     "    raise RuntimeError(\"conftest boom\")\nE   RuntimeError: conftest boom\n"
+     "ImportError while loading conftest '/tmp/x/conftest.py'.\nE   RuntimeError: other\n",
+     "pytest could not import /tmp/x/conftest.py: RuntimeError: conftest boom (fix that "
+     "conftest.py: pytest loads it before collecting any test)"),
+    # a SyntaxError quotes the source first, indented further
+    ("ImportError while loading conftest '/tmp/x/conftest.py'.\n"
+     "E     File \"/tmp/x/conftest.py\", line 1\nE       def (\nE           ^\n"
+     "E   SyntaxError: invalid syntax\n",
+     "pytest could not import /tmp/x/conftest.py: SyntaxError: invalid syntax (fix that "
+     "conftest.py: pytest loads it before collecting any test)"),
+    ("ERROR: test id 't.py::t[x]' matches no collected test; fix: ...\n",
+     "pytest: test id 't.py::t[x]' matches no collected test; fix: ..."),
 ])
 def test_scanner_reason(text, reason):
     assert scan(text).reason() == reason
@@ -268,8 +282,13 @@ def test_write_text_atomic_under_ulimit_f_says_disk_full(tmp_path):
     (["tests/", "-x"], ["tests/", "-x"], [], []),
     (["t.py::test_p[a b]"], [], ["t.py::test_p[a b]"], []),
     (["--deselect", "t.py::test_p[1]", "t.py"], ["--deselect", "t.py::test_p[1]", "t.py"], [], []),
-    (["-k", "x", "t.py::C::test[1]", "t.py::plain"], ["-k", "x", "t.py::plain"],
-     ["t.py::C::test[1]"], []),
+    # beside a parametrized id every node id is selected by id (D10): left to pytest, the
+    # selection would leave it out
+    (["-k", "x", "t.py::C::test[1]", "t.py::plain"], ["-k", "x"],
+     ["t.py::C::test[1]", "t.py::plain"], []),
+    (["t.py::plain", "t.py::C::test"], ["t.py::plain", "t.py::C::test"], [], []),
+    (["t.py::C::t", "--", "t.py::p[1]", "t.py::q"], [], ["t.py::C::t", "t.py::p[1]", "t.py::q"],
+     []),
     (["-x", "--", "t.py::test_p[1]", "-odd"], ["-x"], ["t.py::test_p[1]"], ["-odd"]),
 ])
 def test_split_targets(args, kept, ids, after):
@@ -335,8 +354,12 @@ def test_targets_checked(tmp_path):
     check_targets(["t.py", "-p", "no:x", "-m", "not slow", "--deselect", "gone.py::t[1]"], tmp_path)
     with pytest.raises(UsageError, match=r"'nope\.py' does not exist"):
         check_targets(["nope.py"], tmp_path)
-    with pytest.raises(UsageError, match="cannot be mixed"):
+    with pytest.raises(UsageError, match=r"test paths \(t\.py\) cannot be mixed"):
         check_targets(["t.py::test_a[1]", "t.py"], tmp_path)
+    # full ids mix, parametrized or not, class methods and classes included (D10)
+    check_targets(["t.py::test_ids[a b]", "t.py::TestUnit::test_fail", "t.py::TestC"], tmp_path)
+    with pytest.raises(UsageError, match=r"'gone\.py' does not exist"):
+        check_targets(["t.py::test_ids[a b]", "gone.py::TestUnit::test_fail"], tmp_path)
 
 
 # --- analysis ------------------------------------------------------------------------------------

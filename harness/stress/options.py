@@ -125,29 +125,36 @@ def worker_count(opts: StressOptions) -> int | str:
 
 
 def split_targets(args: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
-    """(arguments kept in place, parametrized node ids, arguments after a literal ``--``).
+    """(arguments kept in place, node ids selected by id, arguments after a literal ``--``).
 
-    Only positional node ids with parameters (``a.py::test_p[x y]``) are taken out: pytest-repeat
+    Positional node ids with parameters (``a.py::test_p[x y]``) are taken out: pytest-repeat
     renames them (``test_p[x y-1-3]``), so given to pytest as they are they match nothing with
-    ``--count``; they go through :func:`faulthunt.nodeids.pytest_selection` instead. Options,
-    option values (``--deselect a.py::t[1]``), paths and plain ids stay where they were.
+    ``--count``; they go through :func:`faulthunt.nodeids.pytest_selection` instead, and so does
+    every other positional ``::`` id beside one (the selection runs exactly the named tests, so
+    an id left to pytest would be collected and then left out). Options, option values
+    (``--deselect a.py::t[1]``) and paths stay where they were, and so do plain ids when no id
+    has parameters.
     """
+    positions: list[tuple[str, bool]] = []  # (argument, it is a positional node id)
+    after_at = len(args)
+    previous = ""
+    for i, arg in enumerate(args):
+        if arg == "--" and after_at == len(args):
+            after_at = i
+        is_id = not arg.startswith("-") and "::" in arg
+        positions.append((arg, is_id and (i > after_at or previous not in _VALUE_OPTIONS)))
+        previous = arg
+    by_id = any(is_id and _is_param_id(arg) for arg, is_id in positions)
     kept: list[str] = []
     ids: list[str] = []
     after: list[str] = []
-    previous = ""
-    positional_only = False
-    for arg in args:
-        if positional_only:
-            (ids if _is_param_id(arg) else after).append(arg)
-            continue
-        if arg == "--":
-            positional_only = True
-        elif previous not in _VALUE_OPTIONS and _is_param_id(arg):
+    for i, (arg, is_id) in enumerate(positions):
+        if is_id and by_id:
             ids.append(arg)
-        else:
+        elif i > after_at:
+            after.append(arg)
+        elif i != after_at:
             kept.append(arg)
-        previous = arg
     return kept, ids, after
 
 
@@ -339,7 +346,9 @@ def check_gpus(gpus: Sequence[str] | None,
 
 
 def check_targets(args: Sequence[str], cwd: Path) -> None:
-    """Refuse a test path that does not exist, and parametrized ids mixed with other targets."""
+    """Refuse a test path that does not exist, and a path given beside parametrized ids: the
+    ids run exactly the named tests, so the tests of a path beside them would be left out.
+    Node ids (``a.py::C::t``, ``a.py::t[x]``) mix freely: each is selected by its id."""
     kept, ids, after = split_targets(args)
     others = [a for prev, a in zip(["", *kept], kept, strict=False) if is_target(a, prev)] + after
     for arg in [*ids, *others]:
@@ -350,9 +359,10 @@ def check_targets(args: Sequence[str], cwd: Path) -> None:
                                  "faulthunt runs in")
     if ids and others:
         raise UsageError(
-            f"parametrized test ids ({ids[0]}) cannot be mixed with other test paths or ids "
-            f"({others[0]}): with ids, exactly the named tests run",
-            fix="run them in separate stress runs, or name every test by its full id")
+            f"test paths ({others[0]}) cannot be mixed with parametrized test ids ({ids[0]}): "
+            "with such ids, exactly the named tests run, so the path's tests would be left out",
+            fix="run them in separate stress runs, or name the path's tests by their ids "
+                "(a.py::test_a, a.py::TestC)")
 
 
 def suite_timeout(cwd: Path) -> tuple[str, float] | None:

@@ -39,6 +39,8 @@ _SECTION_HEAD = re.compile(r"^_{3,} .+ _{3,}$")
 _SHORT_ERROR = re.compile(r"^ERROR (?P<path>\S+)(?: - (?P<msg>.*))?$")
 _FINAL = re.compile(r"^=+ (?P<text>.*\bin [\d.]+s\b.*?) =+$")
 _INTERRUPTED = re.compile(r"Interrupted: (?P<n>\d+) errors? during collection")
+#: pytest could not import a conftest.py it loads before collecting (exit 4, no summary line)
+_CONFTEST = re.compile(r"^ImportError while loading conftest (?P<path>'.+'|\".+\")\.$")
 _USAGE = re.compile(r"^(?:\S.*?: )?error: (?P<msg>.+)$")
 # anywhere in a line: a worker's message may follow pytest's progress dots (-s)
 _DISK_FULL = re.compile(r"faulthunt(?: [a-z]+)?: (?P<msg>disk full at .+)$")
@@ -89,6 +91,8 @@ class PytestOutput:
         #: pytest's "ERROR: ..." (a path not found, a usage error) and "...: error: ..." lines
         self.errors: list[str] = []
         self.internal_error: str | None = None
+        #: (conftest path, its error line) when pytest could not import a conftest.py
+        self.conftest_error: tuple[str, str | None] | None = None
         #: the last "=== ... in 1.23s ===" line (pytest's own verdict)
         self.final: str | None = None
         #: "disk full at ..." said by a worker or the controller (faulthunt.rundir.JsonlWriter)
@@ -112,6 +116,8 @@ class PytestOutput:
         if _SECTION_HEAD.match(line):  # another section ("ERROR at setup of t.py::test_a")
             self._collecting = None
             return
+        if line.startswith(("ImportError while", "E   ")) and self._conftest(line):
+            return
         if self._collecting is not None and line.startswith("E   "):
             self._set_message(self._collecting, line[1:].strip())
             self._collecting = None
@@ -124,6 +130,21 @@ class PytestOutput:
             self._add_error(short["path"], short["msg"])
             return
         self._other(line)
+
+    def _conftest(self, line: str) -> bool:
+        """pytest's "ImportError while loading conftest 'PATH'." and then its traceback: keeps
+        the path and the exception's line (the first ``E   `` line not indented further: a
+        SyntaxError's quoted source comes first)."""
+        if self.conftest_error is None:
+            m = _CONFTEST.match(line)
+            if m:
+                self.conftest_error = (m["path"][1:-1], None)
+            return m is not None
+        path, message = self.conftest_error
+        if message is None and line.startswith("E   ") and line[4:5] not in ("", " "):
+            self.conftest_error = (path, line[4:].strip())
+            return True
+        return False
 
     def _other(self, line: str) -> None:
         if line.startswith("INTERNALERROR>"):
@@ -176,6 +197,10 @@ class PytestOutput:
 
     def reason(self) -> str | None:
         """Why nothing ran, in one line of pytest's own words (None when it did not say)."""
+        if self.conftest_error is not None:
+            path, message = self.conftest_error
+            return (f"pytest could not import {path}: {message or 'see reproducer.log'} (fix "
+                    "that conftest.py: pytest loads it before collecting any test)")
         if self.errors:
             usage = [e for e in self.errors if not e.startswith("usage:")]
             return "pytest: " + "; ".join((usage or self.errors)[:2])
