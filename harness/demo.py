@@ -169,9 +169,7 @@ def run_demo(opts: DemoOptions, out: Callable[[str], None] | None = None) -> Dem
     except FaulthuntError as exc:
         steps.append(Step("map", "failed", str(exc)))
     else:
-        kinds = sorted({str(v.get("verdict")) for v in verdicts})
-        steps.append(Step("map", "ok", f"{len(verdicts)} fault address(es) mapped"
-                          + (f" ({', '.join(kinds)})" if kinds else "")))
+        steps.append(Step("map", "ok", map_message(verdicts)))
     say(steps[-1].message)
 
     # 4. report ---------------------------------------------------------------------------------
@@ -213,3 +211,17 @@ def render_steps(result: DemoResult) -> str:
     for s in result.steps:
         lines.append(f"  {s.name:<9} {s.status:<11} {s.message}")
     return "\n".join(lines)
+
+
+def map_message(verdicts: list[dict[str, Any]]) -> str:
+    """The map step's line: the verdicts found, and why the others have none (in the simulator
+    no GPU source records, so nothing can be mapped: the reason says so instead of a bare None)."""
+    kinds = sorted({str(v["verdict"]) for v in verdicts if v.get("verdict")})
+    missing = [v for v in verdicts if not v.get("verdict")]
+    msg = f"{len(verdicts)} fault address(es)"
+    if kinds or not missing:
+        msg += " mapped" + (f" ({', '.join(kinds)})" if kinds else "")
+    if missing:
+        reason = missing[0].get("reason") or missing[0].get("note") or "no reason given"
+        msg += f"{'; ' if kinds else ', '}{len(missing)} not mapped: {reason}"
+    return msg

@@ -118,3 +118,16 @@ def test_demo_end_to_end_on_cpu(tmp_path: Path) -> None:
         assert any(x.get("xid") == 31 and "wild_write" in str(x.get("nodeid")) for x in xids)
     for step in ("stress", "sanitize", "map", "report"):
         assert f"  {step}" in proc.stdout
+
+
+def test_the_map_line_says_why_an_address_has_no_verdict() -> None:
+    from faulthunt.demo import map_message
+
+    none = {"verdict": None, "reason": "no ledger in this run (was --ledger off, or no GPU source available?)"}
+    assert map_message([none, none]) == ("2 fault address(es), 2 not mapped: no ledger in this run "
+                                         "(was --ledger off, or no GPU source available?)")
+    assert map_message([{"verdict": "past_end"}, none]) == (
+        "2 fault address(es) mapped (past_end); 1 not mapped: no ledger in this run "
+        "(was --ledger off, or no GPU source available?)")
+    assert map_message([{"verdict": "unmapped"}]) == "1 fault address(es) mapped (unmapped)"
+    assert map_message([]) == "0 fault address(es) mapped"

@@ -86,6 +86,16 @@ def test_cli_map_run_without_addresses(run_dir, capsys):
     assert "[xid 31, seq 812]" in out and "UNMAPPED" in out and "mapping.json" in out
 
 
+def test_cli_map_run_an_xid_without_a_sequence_number_prints_none_of_it(run_dir, capsys):
+    # kernels before 3.5 and the simulated kernel log give no sequence numbers
+    lines = (run_dir / Layout.XID).read_text().splitlines()
+    (run_dir / Layout.XID).write_text("".join(
+        json.dumps({**json.loads(x), "seq": None}) + "\n" for x in lines))
+    assert main(["map", "--run", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "[xid 31] " in out and "seq None" not in out
+
+
 def test_map_run_sanitizer_findings_use_the_rerun_ledger(run_dir):
     san = run_dir / Layout.SANITIZER_DIR
     _ledger(san / "run", 900, [

@@ -147,7 +147,8 @@ def _emit_run(entries: list[dict[str, Any]], as_json: bool, out: IO[str]) -> Non
     if not entries:
         out.write("no Xid 31 and no sanitizer finding with an address in this run\n")
     for e in entries:
-        head = (f"[xid 31, seq {e.get('seq')}]" if e.get("origin") == "xid"
+        seq = f", seq {e['seq']}" if e.get("seq") is not None else ""
+        head = (f"[xid 31{seq}]" if e.get("origin") == "xid"
                 else f"[sanitizer {e.get('kind')} in {e.get('kernel')}]")
         out.write(f"{head} {render(e)}\n")
     out.flush()
