@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ledger_probe import CASES, SRC, loop_runner, probe_case
+from ledger_probe import CASES, SAMPLE_ITERS, SRC, loop_runner, pin_to_cores, probe_case
 
 ROUTE = "FAULTHUNT_LEDGER_ROUTE"
 STACK_KEY = "FAULTHUNT_LEDGER_STACK_KEY"
@@ -82,13 +82,9 @@ CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
 PER_FW = {"cupy": ["off", "auto", "full"],
           "numba": ["off", "auto", "full", "auto/mem2"],
           "cuda_core": ["off", "auto", "full", "auto/mem2"]}
-#: iterations a sample, per loop: about 0.3 s on the H200 (CuPy ~10 us an iteration, numba ~100,
-#: cuda.core ~8)
-NS = {"cupy": 30000, "numba": 3000, "cuda_core": 40000}
+#: iterations a sample, per loop (ledger_probe's, shared with ledger_cupti_cost.py)
+NS = SAMPLE_ITERS
 SAMPLES, ROUNDS = 5, 2
-#: the loop processes run on these cores (when the machine has them): every configuration where
-#: ``off`` ran
-PIN = {2, 3}
 #: seconds from the start after which no new loop process / probe case starts
 LOOP_BUDGET, TOTAL_BUDGET = 250.0, 400.0
 #: ledger mode -> the planted cases run under it (on the route auto picks). ``full`` records
@@ -219,7 +215,7 @@ class Run:
         try:
             # -X faulthandler: a child that crashes leaves its Python stack in errors.txt
             p = subprocess.run([sys.executable, "-X", "faulthandler", __file__, *args], capture_output=True,
-                               text=True, timeout=timeout, env=full, preexec_fn=_pin if pin else None)
+                               text=True, timeout=timeout, env=full, preexec_fn=pin_to_cores if pin else None)
             rc, so, se = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired as exc:
             rc, so, se = 124, str(exc.stdout or ""), "timeout"
@@ -320,11 +316,6 @@ class Run:
                     cut.parent.mkdir(parents=True, exist_ok=True)
                     cut.write_bytes(b"\n".join(lines) + b"\n")
                     tar.add(cut, arcname=str(cut.relative_to(WORK / "cut")))
-
-
-def _pin() -> None:
-    if hasattr(os, "sched_setaffinity") and PIN <= os.sched_getaffinity(0):
-        os.sched_setaffinity(0, PIN)
 
 
 def _counts(d: Path) -> dict[str, int]:

@@ -52,18 +52,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ledger_probe import loop_runner
+from ledger_probe import SAMPLE_ITERS, loop_runner, pin_to_cores
 
 VARIANTS = ("off", "auto", "bare", "cupti", "nostack", "sampled", "cballoc", "stack_cb", "noalloc_cb",
             "nolaunch_cb", "noflush", "nomem2", "launch_only", "mem2_only")
-#: iterations a sample, per loop: about 0.3 s each on the H200 (numba ~100 us, CuPy ~10, cuda.core ~8)
-N = {"numba": 3000, "cupy": 30000, "cuda_core": 40000}
+#: iterations a sample, per loop (ledger_probe's, shared with ledger_breakdown.py)
+N = SAMPLE_ITERS
 SAMPLES, ROUNDS = 5, int(os.environ.get("COST_ROUNDS", "2"))
 CB = ("cb", "cb_noop", "cb_nowrite", "cb_nolaunch", "cb_launch")
 VARIANTS += CB
 if os.environ.get("COST_VARIANTS"):
     VARIANTS = ("off", *[v for v in os.environ["COST_VARIANTS"].split(",") if v != "off"])
-PIN = {2, 3}
 
 
 def _patch(variant: str) -> None:
@@ -133,11 +132,6 @@ def run_loop(fw: str, variant: str, n: int, samples: int, ledger_dir: str) -> No
     print(json.dumps({"loop": fw, "variant": variant, "n": n, "samples": got, "cpu": cpu, **info}), flush=True)
 
 
-def _pin() -> None:
-    if hasattr(os, "sched_setaffinity") and PIN <= os.sched_getaffinity(0):
-        os.sched_setaffinity(0, PIN)
-
-
 def _summary(rows: list[dict], fw: str, v: str, key: str) -> str:
     offs = {(r["round"], i): s for r in rows if r["loop"] == fw and r["variant"] == "off"
             for i, s in enumerate(r.get(key) or [])}
@@ -160,7 +154,7 @@ def run_all(out: Path, loops: list[str]) -> None:
         for fw, v in plan if rnd == 0 else plan[::-1]:
             d = Path("/tmp/ledger_cost") / f"{fw}_{v}_{rnd}"
             p = subprocess.run([sys.executable, __file__, "loop", fw, v, str(N[fw]), str(SAMPLES), str(d)],
-                               capture_output=True, text=True, timeout=120, preexec_fn=_pin)
+                               capture_output=True, text=True, timeout=120, preexec_fn=pin_to_cores)
             line = next((x for x in p.stdout.splitlines() if x.startswith("{")), None)
             rec = {"loop": fw, "variant": v, "round": rnd, "rc": p.returncode, **(json.loads(line) if line else {})}
             if p.returncode:
@@ -201,7 +195,7 @@ def run_prof(out: Path, fw: str, variants: list[str]) -> None:
         raw = out / f"prof_{fw}_{v}.txt"
         cmd = ["py-spy", "record", "--native", "--rate", "400", "--format", "raw", "-o", str(raw), "--",
                sys.executable, __file__, "loop", fw, v, str(N[fw] * 8), "1", f"/tmp/ledger_cost/prof_{fw}_{v}"]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, preexec_fn=_pin)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, preexec_fn=pin_to_cores)
         print(f"== {fw} {v} rc={p.returncode} {p.stdout.strip()[-300:]} {p.stderr.strip()[-600:]}", flush=True)
         if raw.exists():
             print(_leaf_shares(raw), flush=True)

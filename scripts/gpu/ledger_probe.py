@@ -202,6 +202,20 @@ def run_case(fw: str, fault: str, ledger_dir: str) -> None:
 
 # --- overhead: an allocation-heavy loop, timed inside the process (imports excluded) --------
 
+#: iterations of :func:`loop_runner`'s loop a sample, per framework: about 0.3 s each on the H200
+#: (CuPy ~10 us an iteration, numba ~100, cuda.core ~8; 24 ms samples were mostly noise)
+SAMPLE_ITERS = {"cupy": 30000, "numba": 3000, "cuda_core": 40000}
+#: the cores the timed loop processes run on (when the machine has them): every configuration
+#: runs where ``off`` ran
+PIN = {2, 3}
+
+
+def pin_to_cores() -> None:
+    """A child's ``preexec_fn``: run on :data:`PIN` where the machine has those cores."""
+    if hasattr(os, "sched_setaffinity") and PIN <= os.sched_getaffinity(0):
+        os.sched_setaffinity(0, PIN)
+
+
 def loop_runner(fw: str):
     """A callable ``run(n, each=None, prof=None) -> seconds``: ``n`` iterations of allocate +
     launch ``fill`` + free (``fw``: cupy, numba or cuda_core), compiled and warmed up once, so a
