@@ -38,7 +38,7 @@ class GuardHandle:
     """Guard mode running in this process."""
 
     def __init__(self, allocator: GuardAllocator, config: GuardConfig, writer: Any, own_writer: bool) -> None:
-        from faulthunt.ledger import PostImportHooks
+        from faulthunt.importhooks import PostImportHooks
 
         self.allocator = allocator
         self.config = config
