@@ -449,10 +449,7 @@ class LedgerWriter:
         """A note about the ledger's own set-up: written now when the file is open, else kept
         (encoded now, with its time: ``t``, default now) and written right after the file's opening note, when the
         first record makes the file. A process that never records leaves no file."""
-        rec: dict[str, Any] = {"event": "note", "t": time.time() if t is None else t, "pid": os.getpid(),
-                               "nodeid": context.current_nodeid, "source": "ledger",
-                               "message": message}
-        rec.update((k, v) for k, v in fields.items() if v is not None)
+        rec = self._make("note", "ledger", t, None, os.getpid(), context, {"message": message, **fields})
         with self._reopen:  # not racing the first record's opening (which writes what is held)
             if self._fd < 0 and self._put == self._put_first:
                 self._held.append((encode_record(rec) + "\n").encode("utf-8"))
@@ -782,16 +779,23 @@ class LedgerWriter:
     def record(self, event: str, source: str, *, t: float | None = None,
                t_mono: float | None = None, nodeid: Any = context, **fields: Any) -> dict[str, Any]:
         """Write one record; ``t`` defaults to now, ``nodeid`` to the test running."""
+        rec = self._make(event, source, t, t_mono, self._pid, nodeid, fields)
+        self.write(rec)
+        return rec
+
+    @staticmethod
+    def _make(event: str, source: str, t: float | None, t_mono: float | None, pid: int, nodeid: Any,
+              fields: dict[str, Any]) -> dict[str, Any]:
+        """A record's fields in the order :meth:`record` writes them; None values left out."""
         rec: dict[str, Any] = {"event": event, "t": time.time() if t is None else t}
         if t_mono is not None:
             rec["t_mono"] = t_mono
-        rec["pid"] = self._pid
+        rec["pid"] = pid
         rec["nodeid"] = context.current_nodeid if nodeid is context else nodeid
         rec["source"] = source
         for k, v in fields.items():
             if v is not None:
                 rec[k] = v
-        self.write(rec)
         return rec
 
     def write(self, rec: dict[str, Any]) -> None:
