@@ -284,15 +284,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
-    for item in items:
-        forms = {item.nodeid, *nodeids.selected_by(base_nodeid(item))}
-        (keep if not wanted.keys().isdisjoint(forms) else drop).append(item)
+    count_of = _repeat_counts()
+    bases = [base_nodeid(item, count_of) for item in items]  # once each: matched, then reported
+    kept_ids: list[str] = []
+    for item, base in zip(items, bases):
+        if wanted.keys().isdisjoint({item.nodeid, *nodeids.selected_by(base)}):
+            drop.append(item)
+        else:
+            keep.append(item)
+            kept_ids += (item.nodeid, base)
     # the xdist controller's session (dsession, registered at configure) collects nothing itself
     if (not hasattr(config, "workerinput") and not config.pluginmanager.has_plugin("dsession")
             and not session.testsfailed and not _narrowed(config)):
-        missing = nodeids.unmatched(wanted, [n for i in keep for n in (i.nodeid, base_nodeid(i))])
+        missing = nodeids.unmatched(wanted, kept_ids)
         if missing:
-            raise pytest.UsageError(nodeids.not_found_text(missing, map(base_nodeid, items)))
+            raise pytest.UsageError(nodeids.not_found_text(missing, bases))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
