@@ -30,9 +30,9 @@ launch before the kernel runs: all N, either way).
 Verdicts: the planted faults of ledger_probe.py (Xid, memcheck, planted address) under ``full``
 (all 16 as expected before) and under ``auto`` (the same, except CuPy's write into a block the
 pool took back and into a block's slack: at the segment level those lie ``inside`` a live
-segment, and the mapping's note says to rerun with ``--ledger full``), and the driver-allocation
-cases (past_end, uaf) under ``auto/cballoc``; with the launches the
-mapping lists and those whose time the ledger estimated.
+segment, and the mapping's note says to rerun with ``--ledger full``; since round 6 ``auto``
+takes its allocations from the callbacks, which round 5 probed as ``auto/cballoc``); with the
+launches the mapping lists and those whose time the ledger estimated.
 
 Writes to OUTDIR: summary.txt (the tables), loops.jsonl (every sample), probe.jsonl (every case),
 crash.json, errors.txt (stderr of any child that failed), ledgers.tgz (a few ledgers, cut).
@@ -73,12 +73,10 @@ CONFIGS: dict[str, tuple[str, dict[str, str]]] = {
     "auto": ("auto", {}),
     "full": ("full", {}),
     "auto/allstacks": ("auto", {"FAULTHUNT_LEDGER_STACKS": "alloc"}),
-    # allocation lines from the callbacks' parameters instead of MEMORY2 records (opt-in)
-    "auto/cballoc": ("auto", {"FAULTHUNT_LEDGER_ALLOCS": "callback"}),
     # round 6: auto takes allocations from the callbacks; this is round 5's auto (MEMORY2 records)
     "auto/mem2": ("auto", {"FAULTHUNT_LEDGER_ALLOCS": "activity"}),
 }
-#: the configurations measured per loop (round 5; round 4's were every route, docs/ledger.md)
+#: the configurations measured per loop (round 6; round 4's were every route, docs/ledger.md)
 PER_FW = {"cupy": ["off", "auto", "full"],
           "numba": ["off", "auto", "full", "auto/mem2"],
           "cuda_core": ["off", "auto", "full", "auto/mem2"]}
