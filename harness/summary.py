@@ -575,6 +575,21 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def nothing_ran_text(summary: Mapping[str, Any], run_dir: Path | None) -> str | None:
+    """Why a run that ran no test ran none, in one line (the terminal's table and ``stress -q``
+    say it alike), or None when tests ran or the run was stopped."""
+    if summary.get("tests_run") or summary.get("stopped_by"):
+        return None
+    where = f" (full output: {Path(run_dir) / 'reproducer.log'})" if run_dir is not None else ""
+    reason = summary.get("no_tests_reason")
+    if reason:
+        return f"no test ran: {reason}{where}"
+    status = summary.get("pytest_exit_status")
+    if status not in (None, 0, 5):  # a run recorded before the reason was
+        return f"pytest exited {status} before any test ran{where}"
+    return None
+
+
 def _notes(summary: Mapping[str, Any], span_list: list[TestSpan],
            events: list[Any]) -> list[str]:
     """What the run says about itself, one line each: what was not run as asked, what was

@@ -62,3 +62,12 @@ def test_quiet_line_of_an_empty_or_damaged_summary_still_names_the_run() -> None
     line = quiet_line({"outcomes": None, "failures": None}, Path("/r/3"), 2)
     assert line.startswith("faulthunt stress: 0 test runs: 0 passed, 0 failing, 0 Xids; "
                            "run directory: /r/3; next:")
+
+
+def test_quiet_line_of_a_run_that_ran_nothing_says_why() -> None:
+    summary = {"tests_run": 0, "outcomes": {}, "failures": [], "xids": [],
+               "no_tests_reason": "pytest: test id 'test_odd.py::test_ids[nope]' matches no collected test"}
+    line = quiet_line(summary, Path("/r/4"), 2)
+    assert ("0 test runs: 0 passed, 0 failing, 0 Xids; run directory: /r/4; no test ran: pytest: test id "
+            "'test_odd.py::test_ids[nope]' matches no collected test (full output: /r/4/reproducer.log); "
+            "next: faulthunt report --run /r/4") in line

@@ -201,18 +201,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def quiet_line(summary: dict[str, object], run_dir: Path, status: int) -> str:
-    """``-q``'s one line (pure): the outcome counts, the run directory and, when the run did not
-    pass, what to run next. Plain text, no renderer: ``-q`` stays cheap."""
+    """``-q``'s one line (pure): the outcome counts, the run directory, why no test ran when none
+    did, and, when the run did not pass, what to run next. Plain text, no renderer: ``-q`` stays cheap."""
     import shlex
+
+    from faulthunt.summary import nothing_ran_text, plural  # loaded already: the run built the summary
 
     def count(key: str) -> int:
         value = summary.get(key)
         if isinstance(value, (list, tuple)):
             return len(value)
         return value if isinstance(value, int) else 0
-
-    def plural(n: int, noun: str) -> str:
-        return f"{n} {noun}{'' if n == 1 else 's'}"
 
     outcomes = summary.get("outcomes")
     passed = outcomes.get("passed", 0) if isinstance(outcomes, dict) else 0
@@ -223,6 +222,9 @@ def quiet_line(summary: dict[str, object], run_dir: Path, status: int) -> str:
             + (f", {plural(errors, 'collection error')}" if errors else "")
             + (f"; stopped early: {stopped}" if stopped else "")
             + f"; run directory: {run_dir}")
+    nothing = nothing_ran_text(summary, run_dir)
+    if nothing:  # "0 test runs" never stands without its reason
+        line += f"; {nothing}"
     if status:
         line += (f"; next: faulthunt report --run {shlex.quote(str(run_dir))} (what failed and "
                  f"what to try; pytest's own output: {run_dir / 'reproducer.log'})")

@@ -15,7 +15,7 @@ from typing import Any
 
 from faulthunt.records.documents import MappingEntry
 from faulthunt.report.escape import visible
-from faulthunt.summary import interval_text, plural
+from faulthunt.summary import interval_text, nothing_ran_text, plural
 
 #: collection errors named one by one under the table (the rest are counted)
 SHOWN_ERRORS = 5
@@ -218,16 +218,8 @@ def collection_error_lines(summary: Mapping[str, Any]) -> list[str]:
 
 
 def _nothing_ran(summary: Mapping[str, Any], run_dir: Path | None) -> list[str]:
-    if summary.get("tests_run") or summary.get("stopped_by"):
-        return []
-    where = f" (full output: {Path(run_dir) / 'reproducer.log'})" if run_dir is not None else ""
-    reason = summary.get("no_tests_reason")
-    if reason:
-        return [f"no test ran: {reason}{where}"]
-    status = summary.get("pytest_exit_status")
-    if status not in (None, 0, 5):  # a run recorded before the reason was
-        return [f"pytest exited {status} before any test ran{where}"]
-    return []
+    line = nothing_ran_text(summary, run_dir)
+    return [line] if line else []
 
 
 def _stop_lines(summary: Mapping[str, Any]) -> list[str]:
