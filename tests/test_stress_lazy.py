@@ -283,6 +283,27 @@ def test_a_poll_still_records_a_child_python_did_not_start():
     assert [(r.child_pid, r.how, r.nodeid) for r in got] == [(proc.pid, "poll", "t.py::test_b")]
 
 
+def test_a_child_polled_before_its_exec_is_recorded_again_under_its_new_name(monkeypatch):
+    # a poll between a shell's fork and its exec sees the shell's name; the next poll the real one
+    import faulthunt.children as children
+
+    got: list = []
+    watch = ChildWatch(got.append, worker="gw0", pid=os.getpid(), poll_s=0)
+    proc = subprocess.Popen(["sleep", "5"])
+    names = iter(["sh", "sleep", "sleep", "sleep"])
+    monkeypatch.setattr(children, "proc_name", lambda pid: next(names) if pid == proc.pid else None)
+    context.set_current("t.py::test_c", "t.py::test_c")
+    try:
+        watch.poll_once()
+        watch.poll_once()
+        watch.poll_once()  # renamed once: recorded once more, not once a poll
+    finally:
+        context.set_current(None, None)
+        proc.kill()
+        proc.wait()
+    assert [(r.how, r.name) for r in got] == [("poll", "sh"), ("exec", "sleep")]
+
+
 MP = """
     import json, os, sys
     from faulthunt import context
