@@ -77,6 +77,12 @@ def test_explain(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(capsys.readouterr().out)["category"] == "app_memory_fault"
 
 
+
+def test_explain_an_id_the_catalog_lacks_says_so_once_in_its_head(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["xid", "explain", "99999"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head == "Xid 99999: not in the catalog"
+
 def test_cursor_and_since_on_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "kern.log"
     log.write_text("[1.0] boot\n")

@@ -559,7 +559,9 @@ def _explain(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(entry.to_json()))
             continue
-        print(f"Xid {n}: {entry.mnemonic or '(not in the catalog)'} - {entry.description}")
+        # an id the catalog lacks has no mnemonic: its description says so, once
+        name = f"{entry.mnemonic} - {entry.description}" if entry.mnemonic else entry.description
+        print(f"Xid {n}: {name}")
         print(f"  category: {entry.title} ({entry.category}); whose fault: "
               f"{_CULPRIT_WORDS.get(entry.culprit, entry.culprit)}")
         if entry.legacy_causes:
