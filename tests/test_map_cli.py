@@ -216,3 +216,14 @@ def test_a_run_that_cannot_be_written_still_gets_its_mapping(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "no Xid 31 and no sanitizer finding with an address in this run\n"
     assert f"faulthunt map: not written: cannot write {run / 'mapping.json'}" in err
+
+
+def test_map_addresses_file_names_a_bad_line_once_escaped(run_dir, tmp_path, capsys):
+    junk = tmp_path / "junk.txt"
+    junk.write_bytes(b"ab\x00\x1b[31mcd\n")
+    assert main(["map", "--addresses", str(junk), "--ledger", str(run_dir / "ledger")]) == 2
+    err = capsys.readouterr().err
+    assert "line 1: not an address: 'ab\\x00\\x1b[31mcd'" in err and "\x1b" not in err
+    junk.write_text("0x7f00 x\n")
+    assert main(["map", "--addresses", str(junk), "--ledger", str(run_dir / "ledger")]) == 2
+    assert "line 1: '0x7f00 x': " in capsys.readouterr().err  # which column: the line is shown

@@ -123,7 +123,9 @@ def parse_queries(lines: Iterable[str], name: str, pid: int | None,
             t = at if len(cols) < 3 or cols[2] == "-" else float(cols[2])
         except (ValueError, UsageError) as exc:
             why = exc.message if isinstance(exc, UsageError) else str(exc)
-            raise UsageError(f"{name} line {n}: {line.strip()[:80]!r}: {why}",
+            # a one-column line is quoted by the address parser's own message already
+            shown = f"{line.strip()[:80]!r}: " if len(cols) > 1 else ""
+            raise UsageError(f"{name} line {n}: {shown}{why}",
                              fix="one address a line, optionally its pid and the fault time: "
                                  "0x7f7d_dbe00000 4242 1764683340.25 ('-' for none)") from None
         yield address, p, t
