@@ -102,18 +102,29 @@ def _check_out(out: Path, run_dirs: list[Path], force: bool) -> None:
 
 
 def _unique_runs(run_dirs: list[Path]) -> tuple[list[Path], list[dict[str, Any]]]:
-    """The runs to merge, each once (by run.json id, else by directory), and the repeats left out."""
+    """The runs to merge, each once, and the repeats left out. A run is a repeat when its
+    directory or its run.json id is one already kept, or, where either lacks an id (a copy whose
+    run.json was lost), when its worker record files are the same bytes."""
     seen: dict[str, Path] = {}
+    by_records: dict[str, tuple[Path, bool]] = {}
     keep: list[Path] = []
     duplicates: list[dict[str, Any]] = []
     for run in run_dirs:
-        info = RunDir(run).run_info()
-        key = f"id:{info.id}" if info is not None and info.id else f"path:{run.resolve()}"
-        if key in seen:
+        rundir = RunDir(run)
+        info = rundir.run_info()
+        has_id = info is not None and bool(info.id)
+        keys = [f"path:{run.resolve()}"] + ([f"id:{info.id}"] if info is not None and has_id else [])
+        match = next(((k.split(":", 1)[0], seen[k]) for k in keys if k in seen), None)
+        digest = rundir.records_digest()
+        if match is None and digest in by_records and not (has_id and by_records[digest][1]):
+            match = ("records", by_records[digest][0])
+        if match is not None:
             duplicates.append({"path": str(run.resolve()), "id": info.id if info else None,
-                               "same_as": str(seen[key].resolve())})
+                               "same_as": str(match[1].resolve()), "by": match[0]})
             continue
-        seen[key] = run
+        seen.update(dict.fromkeys(keys, run))
+        if digest is not None:
+            by_records.setdefault(digest, (run, has_id))
         keep.append(run)
     return keep, duplicates
 

@@ -754,6 +754,25 @@ class RunDir:
             self._problem(Layout.EVENTS_DIR, f"cannot be listed: {exc.strerror or exc}")
             return ()
 
+    def records_digest(self) -> str | None:
+        """A digest of the worker record files (names and bytes): the same for a copy of this
+        run, whatever became of its run.json; None when it has none (or they cannot be read)."""
+        import hashlib
+
+        files = self.worker_files()
+        if not files:
+            return None
+        digest = hashlib.sha256()
+        try:
+            for path in files:
+                digest.update(path.name.encode() + b"\0")
+                with open(path, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(block)
+        except OSError:
+            return None
+        return digest.hexdigest()
+
     def worker_events(self, worker: str | None = None) -> tuple[WorkerEvent | OtherEvent, ...]:
         """Every worker event of the run (of one worker id, when given), file by file (sorted by
         name), each file in write order."""

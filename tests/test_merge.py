@@ -146,3 +146,20 @@ def test_merged_slots_stay_apart_and_reproduce_names_the_inputs(tmp_path: Path) 
     assert model.reproduce == ("# on node-a\nfaulthunt stress\n"
                                "# on node-b\nfaulthunt stress -n 2 tests/gpu")
     assert "merge" not in model.reproduce
+
+
+def test_a_copy_that_lost_its_run_json_is_still_the_same_run(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    a = make_runner(tmp_path, "node-a", fail=True)
+    copy = tmp_path / "download-2" / "node-a"
+    shutil.copytree(a, copy)
+    (copy / "run.json").unlink()
+    assert main(["merge", str(copy), str(a), "-o", str(tmp_path / "m")]) == 1
+    out = capsys.readouterr().out
+    assert f"skipped {a.resolve()}: the same run (the same worker records) as {copy.resolve()}" in out
+    summary = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert summary["tests_run"] == 2  # once, not twice
+    merge = json.loads((tmp_path / "m" / "merge.json").read_text())
+    assert [d["by"] for d in merge["duplicates"]] == ["records"]

@@ -22,8 +22,9 @@ def run(args: argparse.Namespace) -> int:
 
     info = merge_runs(list(args.runs), args.out, force=args.force)
     for dup in info["duplicates"]:
-        print(f"skipped {dup['path']}: the same run (id {dup['id'] or '-'}) as {dup['same_as']}, "
-              "merged once")
+        which = {"id": f"id {dup['id']}", "records": "the same worker records"}.get(
+            dup.get("by", "id"), "the same directory")
+        print(f"skipped {dup['path']}: the same run ({which}) as {dup['same_as']}, merged once")
     for src in info["runners"]:
         rec = src["records"]
         print(f"{src['runner']:<20} {src['path']}: {rec['events']} span records, {rec['xid']} Xids, "
