@@ -73,6 +73,15 @@ def test_isolate_polluting_suite(tmp_path: Path) -> None:
     assert res["minimal"] == ["test_leak.py::test_polluter"]
 
 
+
+def test_a_test_that_always_fails_alone_is_an_ordinary_failure_not_flaky() -> None:
+    from faulthunt.hunt.isolate import CountingProbe
+
+    res = isolate("t", ["a", "b"], CountingProbe(lambda preds: True, repeats=3))
+    assert res["minimal"] is None and res["alone"] == {"failed": 3, "runs": 3}
+    assert res["reading"].startswith("fails alone, every run (failed 3 of 3 runs alone")
+    assert "flaky" not in res["reading"]
+
 def test_a_purely_flaky_test_gets_no_culprit() -> None:
     """Fails 1 in 3 whatever ran before it: passing alone 3 times is luck, not evidence."""
     from faulthunt.hunt.isolate import CountingProbe

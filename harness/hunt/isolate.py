@@ -276,7 +276,10 @@ def isolate(target: str, preds: Sequence[str], probe: Probe,
     chance = fisher_greater(after[0], after[1], alone[0], alone[1])
     result["confidence"] = round(1 - chance, 3)
     said = f"failed {alone[0]} of {alone[1]} runs alone, {after[0]} of {after[1]} after its predecessors"
-    if alone[0]:
+    if alone[0] and alone[0] == alone[1]:
+        result["reading"] = (f"fails alone, every run ({said}): an ordinary failure, not a state "
+                             "leak from other tests: debug it alone")
+    elif alone[0]:
         result["reading"] = (f"inconclusive: fails alone too ({said}): flaky on its own, not a "
                              "state leak from other tests")
     elif not after[0]:
