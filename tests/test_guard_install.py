@@ -255,3 +255,21 @@ def test_spec_from_args_takes_a_path_for_pytest(tmp_path, monkeypatch):
     (tmp_path / "suite").mkdir()
     assert spec_from_args("suite", None) == ("100", "suite")
     assert spec_from_args("test_x.py::test_a", None) == ("100", "test_x.py::test_a")
+
+
+def test_a_guard_hook_that_fails_on_import_says_guard_not_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from faulthunt.guard.install import GuardHandle
+
+    (tmp_path / "faulthunt_guard_probe_mod.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    handle = GuardHandle(allocator=None, config=None, writer=None, own_writer=False)  # type: ignore[arg-type]
+    handle.hooks.add("faulthunt_guard_probe_mod", lambda module: 1 / 0)
+    try:
+        import faulthunt_guard_probe_mod  # noqa: F401 - the import itself goes on
+    finally:
+        handle.hooks.remove()
+        sys.modules.pop("faulthunt_guard_probe_mod", None)
+    err = capsys.readouterr().err
+    assert "faulthunt guard: allocations made through faulthunt_guard_probe_mod are not guarded" in err
+    assert "ledger" not in err

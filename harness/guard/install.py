@@ -44,7 +44,8 @@ class GuardHandle:
         self.config = config
         self.writer = writer
         self.own_writer = own_writer
-        self.hooks = PostImportHooks()
+        self.hooks = PostImportHooks(failed="faulthunt guard: allocations made through {name} "
+                                            "are not guarded")
         self.sources: dict[str, Any] = {}
         self._stopped = False
 
