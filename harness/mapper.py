@@ -492,8 +492,10 @@ def map_address(ledger: Ledger, address: int, *, pid: int | None = None, at: flo
             known = ", ".join(str(p) for p in sorted(k for k in ledger.pids if k is not None)) or "none"
             raise InputError(f"the ledger has no records for pid {pid} (pids in it: {known})",
                              fix="leave --pid out to try every pid in the ledger, or pass one listed; "
-                                 "a faulting process missing from the list ran with the ledger off "
-                                 "(faulthunt stress --ledger auto, FAULTHUNT_LEDGER)")
+                                 "a faulting process missing from the list was not one of the run's, "
+                                 "ran with the ledger off (faulthunt stress --ledger auto, "
+                                 "FAULTHUNT_LEDGER), or never reached a call the ledger sees (a "
+                                 "process leaves no ledger file until its first record)")
         return _map_in_pid(pl, address, at, page)
     if not ledger.pids:
         raise InputError("the ledger is empty: no allocation records to map against",

@@ -1,6 +1,7 @@
 """The mapper as it was before the columnar reader (commit eed7246), kept as the reference the
 differential tests compare against: harness/ledger/reader.py and the address-mapping core of
-harness/mapper.py, unchanged apart from imports. Not part of the package; tests only.
+harness/mapper.py, unchanged apart from imports and the wording of one fix (a pid with no records). Not part of
+the package; tests only.
 """
 
 from __future__ import annotations
@@ -871,8 +872,10 @@ def map_address(ledger: Ledger, address: int, *, pid: int | None = None, at: flo
             known = ", ".join(str(p) for p in sorted(k for k in ledger.pids if k is not None)) or "none"
             raise InputError(f"the ledger has no records for pid {pid} (pids in it: {known})",
                              fix="leave --pid out to try every pid in the ledger, or pass one listed; "
-                                 "a faulting process missing from the list ran with the ledger off "
-                                 "(faulthunt stress --ledger auto, FAULTHUNT_LEDGER)")
+                                 "a faulting process missing from the list was not one of the run's, "
+                                 "ran with the ledger off (faulthunt stress --ledger auto, "
+                                 "FAULTHUNT_LEDGER), or never reached a call the ledger sees (a "
+                                 "process leaves no ledger file until its first record)")
         return _map_in_pid(pl, address, at, page)
     if not ledger.pids:
         raise InputError("the ledger is empty: no allocation records to map against",
