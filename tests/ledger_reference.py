@@ -1,7 +1,7 @@
 """The mapper as it was before the columnar reader (commit eed7246), kept as the reference the
 differential tests compare against: harness/ledger/reader.py and the address-mapping core of
-harness/mapper.py, unchanged apart from imports and the wording of one fix (a pid with no records). Not part of
-the package; tests only.
+harness/mapper.py, unchanged apart from imports and the wording of one fix (a pid with no
+records). Not part of the package; tests only.
 """
 
 from __future__ import annotations
