@@ -417,10 +417,17 @@ def test_exception_line(text: str, want: str) -> None:
 
 
 CHILDREN = """
-    import multiprocessing, os, subprocess, sys, time
+    import multiprocessing, os, signal, subprocess, sys, time
+    from faulthunt.records.events import ChildProcess
+    from faulthunt.rundir import RunDir
 
     def _idle():
         time.sleep(0.05)
+
+    def _recorded(pid):
+        events = RunDir(os.environ["FAULTHUNT_RUN_DIR"]).worker_events()
+        return any(isinstance(e, ChildProcess) and e.child_pid == pid and e.name == "sleep"
+                   for e in events)
 
     def test_spawns():
         subprocess.run([sys.executable, "-c", "pass"], check=True)
@@ -431,9 +438,16 @@ CHILDREN = """
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)
-        # a grandchild Python never sees start: found by polling
-        # (1.5 s: ten times the poll interval or more, so a loaded machine still sees it)
-        subprocess.run(["sh", "-c", "sleep 1.5 & wait"], check=True)
+        # a grandchild Python never sees start: found by polling, kept alive until it is recorded
+        # (however loaded the machine; no fixed sleep to outlast the poll interval)
+        sh = subprocess.Popen(["sh", "-c", "sleep 120 & echo $!; wait"], stdout=subprocess.PIPE,
+                              text=True)
+        grandchild = int(sh.stdout.readline())
+        deadline = time.monotonic() + 60
+        while not _recorded(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(grandchild, signal.SIGTERM)
+        assert sh.wait() == 0
 
     def test_quiet():
         pass
