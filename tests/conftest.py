@@ -8,8 +8,15 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 DATA = Path(__file__).parent / "data"
+
+# Property tests judge what a function returns, never how fast: Hypothesis's defaults (a 200 ms
+# deadline for each example, a health check on slow generation) fail on a loaded 2-core CI
+# machine. A test's own @settings still sets anything else (its examples, other health checks).
+settings.register_profile("faulthunt", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("faulthunt")
 
 pytest_plugins = ["pytester"]
 

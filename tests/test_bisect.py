@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -60,8 +61,13 @@ sys.exit(1 if fails else 0)
 def test_git_bisect_run_scratch_repo(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
+    # fixed dates: the same commits every time, so the oracle's draws (seeded by the sha) are too
+    env = {**os.environ, "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+           "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+
     def g(*a: str) -> str:
-        return subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True).stdout
+        return subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True, text=True,
+                              env=env).stdout
 
     g("init", "-q")
     g("config", "user.email", "t@example.com")

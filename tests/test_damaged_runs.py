@@ -209,6 +209,15 @@ def test_cli_says_what_is_damaged(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "summary.json unreadable" in out and "$.failures" in out
 
 
+def test_an_unknown_kind_is_kept_not_read_whatever_its_pid(tmp_path: Path) -> None:
+    """Found by the fuzzer below: a line of an unknown kind whose pid is a list made the report's
+    timeline raise (TypeError: unhashable type)."""
+    run = make_run(tmp_path)
+    with open(run / FIRST_EVENTS, "ab") as fh:
+        fh.write(b'{"event":"","pid":[]}\n{"event":"later","pid":{"a":1},"worker":"gw9"}\n')
+    run_every_reader(run, tmp_path)
+
+
 # --- the fuzzer ----------------------------------------------------------------------------------
 
 _JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),

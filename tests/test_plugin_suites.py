@@ -317,22 +317,36 @@ BENCH = """
         assert benchmark(sum, range(100)) == 4950
 """
 BENCH_WARNING = "Benchmarks are automatically disabled because xdist plugin is active"
+# pytest-benchmark says its warning as the worker unconfigures, after the worker reported back:
+# a loaded machine can end the worker first (xdist waits 5 s for it), so the decision is also
+# said here, in the worker's session finish, before the worker reports back
+BENCH_SAYS = "pytest-benchmark: will warn, disabled under xdist"
+BENCH_CONFTEST = f"""
+    import sys
+
+    def pytest_sessionfinish(session):
+        bench = session.config.pluginmanager.get_plugin("pytest-benchmark")
+        if getattr(bench, "xdist_warning", False):
+            print({BENCH_SAYS!r}, file=sys.stderr, flush=True)
+"""
 
 
 @pytest.mark.slow
 def test_benchmark_quiet_under_faulthunt(pytester: pytest.Pytester, run: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(test_b=BENCH)
+    pytester.makeconftest(BENCH_CONFTEST)
     args = ("-p", "no:cacheprovider", "-p", "benchmark", "-p", "xdist", "-n", "2")
     result = pytester.runpytest_subprocess("-p", "faulthunt", *args)
     result.assert_outcomes(passed=1)
-    assert BENCH_WARNING not in result.stdout.str() + result.stderr.str()
+    said = result.stdout.str() + result.stderr.str()
+    assert BENCH_WARNING not in said and BENCH_SAYS not in said
     assert "test_b.py::test_speed" in _ends(run)
     monkeypatch.delenv("FAULTHUNT_RUN_DIR")
     # the warning faulthunt keeps out: pytest-benchmark says it only from gw0 (or without
     # xdist), so the plain run has one worker, which runs the benchmark every time
     plain = pytester.runpytest_subprocess(*args[:-1], "1")
-    assert BENCH_WARNING in plain.stdout.str() + plain.stderr.str()
+    assert BENCH_SAYS in plain.stdout.str() + plain.stderr.str()
 
 
 @pytest.mark.slow
@@ -417,10 +431,17 @@ def test_exception_line(text: str, want: str) -> None:
 
 
 CHILDREN = """
-    import multiprocessing, os, subprocess, sys, time
+    import multiprocessing, os, signal, subprocess, sys, time
+    from faulthunt.records.events import ChildProcess
+    from faulthunt.rundir import RunDir
 
     def _idle():
         time.sleep(0.05)
+
+    def _recorded(pid):
+        events = RunDir(os.environ["FAULTHUNT_RUN_DIR"]).worker_events()
+        return any(isinstance(e, ChildProcess) and e.child_pid == pid and e.name == "sleep"
+                   for e in events)
 
     def test_spawns():
         subprocess.run([sys.executable, "-c", "pass"], check=True)
@@ -431,9 +452,16 @@ CHILDREN = """
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)
-        # a grandchild Python never sees start: found by polling
-        # (1.5 s: ten times the poll interval or more, so a loaded machine still sees it)
-        subprocess.run(["sh", "-c", "sleep 1.5 & wait"], check=True)
+        # a grandchild Python never sees start: found by polling, kept alive until it is recorded
+        # (however loaded the machine; no fixed sleep to outlast the poll interval)
+        sh = subprocess.Popen(["sh", "-c", "sleep 120 & echo $!; wait"], stdout=subprocess.PIPE,
+                              text=True)
+        grandchild = int(sh.stdout.readline())
+        deadline = time.monotonic() + 60
+        while not _recorded(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(grandchild, signal.SIGTERM)
+        assert sh.wait() == 0
 
     def test_quiet():
         pass

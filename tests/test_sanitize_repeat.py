@@ -52,10 +52,13 @@ def test_third():
 
 
 def test_slow_third():
-    """The same, but the runs that pass take a while (so a stop finds them still going)."""
-    if _tick("slow_third") == 3:
+    """Passes twice, then its third run sleeps (a stop finds it still going, however the runs
+    were scheduled) and its fourth fails."""
+    n = _tick("slow_third")
+    if n == 4:
         raise AssertionError("checksum of out[] is off by one element")
-    time.sleep(5)
+    if n == 3:
+        time.sleep(300)
 
 
 def test_never():
@@ -170,8 +173,12 @@ def test_each_test_gets_its_honest_outcome(tmp_path, project, capsys):
     by = {o.nodeid.split("::")[1]: o for o in result.outcomes}
 
     third = by["test_third"]  # 8 runs planned for 1 in 3; found in its third, then stopped
-    assert (third.outcome, third.planned, third.found_in_run, third.stopped) == ("found", 8, 3, "found")
-    assert third.started == 3 == runs_of(tmp_path, "test_third")
+    assert (third.outcome, third.planned, third.finding_runs, third.stopped) == ("found", 8, 1, "found")
+    # three processes at once, shared round-robin by the tests: when a slot frees while its third
+    # run is going, a fourth (or fifth) may start beside it, and may be the one that ticks third;
+    # none starts after the finding (test_runs_stop_at_the_first_finding... pins 3 of 3, one at once)
+    assert 3 <= third.started <= 5 and third.found_in_run <= third.started
+    assert 3 <= runs_of(tmp_path, "test_third") <= third.started
 
     never = by["test_never"]  # 5 runs see a 50% rate with 95% confidence
     assert (never.outcome, never.planned, never.runs, never.stopped) == ("not_reproduced", 5, 5, "runs")
@@ -238,10 +245,9 @@ def test_a_finding_stops_the_tests_other_runs(tmp_path, project):
     t0 = time.monotonic()
     result = run_sanitize(run, env=env_for(tmp_path), until_found=True, parallel=2, quiet=True)
     (o,) = result.outcomes
-    # runs 1 and 2 pass (slowly); of 3 and 4 the one that ticks third fails at once and the
-    # other, still sleeping, is stopped
-    assert (o.outcome, o.started, o.cancelled_runs, o.stopped) == ("found", 4, 1, "found")
-    assert o.found_in_run in (3, 4)
+    # two runs pass; the third to run the test sleeps, the other lane slot goes on starting runs,
+    # and the fourth fails while the third is still going: the third is stopped
+    assert (o.outcome, o.started, o.finding_runs, o.cancelled_runs, o.stopped) == ("found", 4, 1, 1, "found")
     assert [t["cancelled"] for t in result.tests].count("found") == 1
     assert time.monotonic() - t0 < 120  # only against a hang: the stopped run is not waited for
 

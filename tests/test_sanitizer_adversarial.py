@@ -3,7 +3,7 @@
 Issue 16: ``sanitize parse`` of a 40 KB log with long runs of spaces in host frames took 40-47 s
 (the host-frame expression backtracked: 4x per doubling). Every input family here is 200 KB or
 more, five times that line, so a quadratic path would take many minutes and an exponential one
-forever; the parsers take milliseconds. The wall limits are generous on purpose (they only catch a
+forever; the parsers take milliseconds. The CPU-time limits are generous on purpose (they only catch a
 catastrophe, never a slow machine), and a pytest-timeout backstop keeps a regression from hanging
 the suite. Issue 18: numbers of thousands of digits and lone surrogates raised; they do not.
 """
@@ -61,10 +61,12 @@ FAMILIES = {
 }
 
 
+# CPU seconds of this process, not wall: the other processes of a loaded machine do not count
+# against a limit that is there to catch this code's own catastrophe
 def timed(fn, *args):
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     fn(*args)
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 @pytest.mark.timeout(600)
@@ -112,9 +114,9 @@ def test_whole_logs_with_hostile_lines_are_linear(family):
 def test_issue_16_log_with_long_space_runs_in_host_frames():
     # the issue's case, ten times longer: 400 KB of host frames padded with spaces
     log = make_adversarial_log(400_000)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     parsed = parse_text_log(log)
-    assert time.perf_counter() - t0 < LIMIT
+    assert time.process_time() - t0 < LIMIT
     assert parsed.records and all(r.host_frames for r in parsed.records)
     assert parsed.records[0].host_frames[0].func == "main"
 
@@ -135,7 +137,7 @@ def test_every_expression_of_the_parsers_is_linear_on_every_family():
                demangle, reduce_mod]
     patterns = [(k, v) for m in modules for k, v in vars(m).items() if isinstance(v, re.Pattern)]
     assert len(patterns) > 30 and SEARCHED <= {k for k, _ in patterns}
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for text in FAMILIES.values():
         text = text[: N // 2]
         for name, rx in patterns:
@@ -146,15 +148,15 @@ def test_every_expression_of_the_parsers_is_linear_on_every_family():
                 if name in SEARCHED:
                     rx.search(s)
                     list(rx.finditer(s))
-    assert time.perf_counter() - t0 < 3 * LIMIT
+    assert time.process_time() - t0 < 3 * LIMIT
 
 
 @pytest.mark.timeout(300)
 def test_deeply_nested_xml_ends_cleanly():
     deep = "<ComputeSanitizerOutput>" + "<record>" * 100_000 + "</record>" * 100_000 + "</ComputeSanitizerOutput>"
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     records, complete = parse_xml_stream(deep)
-    assert time.perf_counter() - t0 < LIMIT
+    assert time.process_time() - t0 < LIMIT
     assert records == [] and not complete  # deeper than any sanitizer file: the parse stops there
     wide = "<ComputeSanitizerOutput>" + "<record><kind>Precise</kind></record>" * 20_000 + "</ComputeSanitizerOutput>"
     assert len(parse_xml(wide)) == 20_000

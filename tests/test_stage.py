@@ -140,6 +140,15 @@ def test_hostile_ids_round_trip_through_repro_scripts(hostile) -> None:  # type:
     assert sorted(read_ran(project)) == sorted(nodeids)
 
 
+#: a Python process to dump: it says so once its interpreter is up (py-spy attached during
+#: start-up fails: "Failed to find python version from target process")
+SLEEPER = "import time; print('sleeping', flush=True); time.sleep(60)"
+
+
+def _started(proc: subprocess.Popen) -> None:
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"sleeping"
+
+
 @pytest.mark.slow
 def test_sanitizer_xid_and_pyspy_scripts_run(hostile) -> None:  # type: ignore[no-untyped-def]
     tmp, project, run, kit, nodeids = hostile
@@ -152,8 +161,9 @@ def test_sanitizer_xid_and_pyspy_scripts_run(hostile) -> None:  # type: ignore[n
     xid = subprocess.run(["bash", str(kit / "xid_since.sh")], capture_output=True, text=True, timeout=60)
     assert xid.returncode == 0, xid.stderr
     if shutil.which("py-spy"):
-        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE)
         try:
+            _started(sleeper)
             spy = subprocess.run(["bash", str(kit / "pyspy_workers.sh"), str(sleeper.pid)],
                                  capture_output=True, text=True, timeout=60)
         finally:
@@ -306,16 +316,20 @@ def test_a_whole_run_has_no_damage_section(hostile) -> None:  # type: ignore[no-
 def test_pyspy_workers_dumps_only_this_kits_processes(hostile) -> None:  # type: ignore[no-untyped-def]
     tmp, project, run, kit, nodeids = hostile
     stage(run, kit)
-    sleep = "import time; time.sleep(60)  # pytest"
-    ours = subprocess.Popen([sys.executable, "-c", sleep],
+    sleep = SLEEPER + "  # pytest"
+    ours = subprocess.Popen([sys.executable, "-c", sleep], stdout=subprocess.PIPE,
                             env={**os.environ, "FAULTHUNT_RUN_DIR": str(kit / "runs" / "r1")})
     other = subprocess.Popen([sys.executable, "-c", sleep],  # someone else's pytest
+                             stdout=subprocess.PIPE,
                              env={**os.environ, "FAULTHUNT_RUN_DIR": str(tmp / "elsewhere")})
-    (kit / "repro_sleep.py").write_text("import time\ntime.sleep(60)\n")
-    repro = subprocess.Popen([sys.executable, str(kit / "repro_sleep.py")], cwd=tmp)
+    (kit / "repro_sleep.py").write_text(SLEEPER.replace("; ", "\n") + "\n")
+    repro = subprocess.Popen([sys.executable, str(kit / "repro_sleep.py")], cwd=tmp,
+                             stdout=subprocess.PIPE)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     try:
+        for p in (ours, other, repro):
+            _started(p)
         spy = subprocess.run(["bash", str(kit / "pyspy_workers.sh")], capture_output=True,
                              text=True, timeout=60)
         dead = subprocess.run(["bash", str(kit / "pyspy_workers.sh"), str(gone.pid)],

@@ -391,6 +391,8 @@ def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str
     span: dict[str, Any] | None
     for rec in events:
         pid = rec.get("pid")
+        if pid is not None and not isinstance(pid, int):
+            continue  # only a kind this faulthunt does not know can carry one: kept, not read
         worker = str(rec.get("worker") or "main")
         workers.setdefault(pid, worker)
         kind = rec.get("event")
