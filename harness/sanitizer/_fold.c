@@ -323,6 +323,7 @@ static PyObject *near_line(PyObject *raw, Cur *c, PyObject *words)
 {
     Py_ssize_t start = c->i;
     PyObject *v[4] = {NULL, NULL, NULL, NULL};
+    int bytes;
     if (!take(c, "and is "))
         return NULL;
     if (take(c, "inside")) {
@@ -331,7 +332,10 @@ static PyObject *near_line(PyObject *raw, Cur *c, PyObject *words)
     } else {
         if ((v[3] = number(c)) == NULL)
             return NULL;
-        if (!take(c, " byte") || (take(c, "s"), !take(c, " "))) {
+        bytes = take(c, " byte");
+        if (bytes)
+            take(c, "s"); /* `bytes?` */
+        if (!bytes || !take(c, " ")) {
             Py_DECREF(v[3]);
             return NULL;
         }
