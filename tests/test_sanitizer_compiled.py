@@ -167,6 +167,17 @@ def test_fields_under_names_built_at_run_time_read_alike(generated: list[str]) -
         assert odd.json_text() == r.json_text() == r._json_text_py()
 
 
+@needs_json
+def test_remembered_stack_text_follows_the_writer_given(generated: list[str]) -> None:
+    """The compiled writer remembers the text of the stacks it wrote, for the stack-writing
+    function it was given: another function gets its own text, and the first its own again."""
+    r = next(r for r in _records_everywhere(generated) if r.host_frames)
+    want = r.json_text()
+    other = NATIVE_JSON(r.__dict__, lambda frames: '["x"]', rs._json_str)
+    assert '"host_frames": ["x"]' in other and other.replace('["x"]', rs._jframes(r.host_frames), 1) == want
+    assert r.json_text() == want == r._json_text_py()
+
+
 def test_pure_switch_turns_both_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(rs.PURE_ENV, "1")
     assert PT._load_native() is None

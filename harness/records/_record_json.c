@@ -196,10 +196,11 @@ static int put_dim(Buf *b, PyObject *t)
 }
 
 /* stacks lately written, held with their text (the parsers share one tuple per distinct stack,
- * so a log's few stacks are the same objects record after record): jframes is called on a miss */
+ * so a log's few stacks are the same objects record after record): jframes is called on a miss,
+ * and the slots are emptied when another jframes is passed */
 #define STACK_SLOTS 64
 #define STACK_MAX 16384
-static PyObject *stack_of[STACK_SLOTS], *stack_text[STACK_SLOTS];
+static PyObject *stack_of[STACK_SLOTS], *stack_text[STACK_SLOTS], *stack_fn;
 
 /* a stack: [] or jframes(frames) */
 static int put_frames(Buf *b, PyObject *frames, PyObject *jframes)
@@ -211,6 +212,15 @@ static int put_frames(Buf *b, PyObject *frames, PyObject *jframes)
         return 0;
     if (PyTuple_GET_SIZE(frames) == 0)
         return PUTS(b, "[]") < 0 ? -1 : 1;
+    if (stack_fn != jframes) {
+        int k;
+        for (k = 0; k < STACK_SLOTS; k++) {
+            Py_CLEAR(stack_of[k]);
+            Py_CLEAR(stack_text[k]);
+        }
+        Py_INCREF(jframes);
+        Py_XSETREF(stack_fn, jframes);
+    }
     if (stack_of[slot] == frames)
         return put_ascii_str(b, stack_text[slot]) < 0 ? -1 : 1;
     text = PyObject_CallOneArg(jframes, frames);
