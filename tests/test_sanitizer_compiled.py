@@ -155,9 +155,33 @@ def test_values_of_other_types_are_left_to_python() -> None:
         assert odd.json_text() == want
 
 
+@needs_json
+def test_fields_under_names_built_at_run_time_read_alike(generated: list[str]) -> None:
+    """The compiled writer gathers a record's values in one pass, matching the interned names by
+    identity; a dict whose names are other objects (equal, not the same) is read by lookups."""
+    for r in _records_everywhere(generated)[:300]:
+        fields = {"".join(list(k)): v for k, v in r.__dict__.items()}
+        assert any(k is not n for k, n in zip(fields, r.__dict__, strict=True))
+        fields["".join(["unk", "nown"])] = 1  # a name the writer does not know
+        odd = SanitizerRecord.from_fields(fields)
+        assert odd.json_text() == r.json_text() == r._json_text_py()
+
+
+@needs_json
+def test_remembered_stack_text_follows_the_writer_given(generated: list[str]) -> None:
+    """The compiled writer remembers the text of the stacks it wrote, for the stack-writing
+    function it was given: another function gets its own text, and the first its own again."""
+    r = next(r for r in _records_everywhere(generated) if r.host_frames)
+    want = r.json_text()
+    other = NATIVE_JSON(r.__dict__, lambda frames: '["x"]', rs._json_str)
+    assert '"host_frames": ["x"]' in other and other.replace('["x"]', rs._jframes(r.host_frames), 1) == want
+    assert r.json_text() == want == r._json_text_py()
+
+
 def test_pure_switch_turns_both_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(rs.PURE_ENV, "1")
     assert PT._load_native() is None
+    assert PT._native_module() is None
     assert rs._load_native_json() is None
 
 
@@ -247,3 +271,140 @@ def test_every_way_in_reads_the_same(path: Path) -> None:
         p2 = PT.TextLogParser()
         got = [r for batch in p2.record_batches(PT.iter_line_batches(chunks)) for r in batch]
         assert (got, p2.summary()) == want
+
+
+# --- the lines the compiled fold reads itself (new in nearly every record) -------------------------
+
+ADDRESS_LINES = ["Access to 0x7f592a801fa0 is out of bounds", "Access to 0x7f59 is out of bounds.",
+                 "Access at 0x10 is misaligned", "Address 0x7fe5b2800800", "Address 0x7fe5b2800800.",
+                 "Address 0x", "Address 0xg", "Address 0x12x", "Access to 0x12  is   out", "Access to 0x12 is",
+                 "Access to 0x12 is.", "Access to 0x12 .", "Access to 0x12 x.", "Access to 0x12 is x",
+                 "Access to 0x12 is isn't", "Access to 0x" + "f" * 16 + " is out", "Access to 0x" + "f" * 17 + " is out",
+                 "Address 0x" + "1" * 33, "Access to 0x12\tis out", "Access to 0x12 is out\x1f of",
+                 "Access to 0x12 is out \u00e9", "Access from 0x12", "Address  0x12", "Access to 0X12", "Access to 0x12 ..",
+                 "Access to 0x12 is out=", "Access to 0x12 is out\x7f", "Access to 0x12 is a.b.",
+                 "Access to 0x12 is\tout", "Access to 0x12 \tis out", "Access to 0x12 is \x1cout", "Access to 0x12\x0b"]
+NEAR_LINES = ["and is 1 bytes after the nearest allocation at 0x7f592a801000 of size 4,000 bytes",
+              "and is 1 byte before the nearest allocation at 0x10 of size 1 byte",
+              "and is inside the nearest allocation at 0x10 of size 64 bytes",
+              "and is 1,,2, bytes after the nearest allocation at 0x10 of size 3,, bytes",
+              "and is ,1 bytes after the nearest allocation at 0x10 of size 3 bytes",
+              "and is 1bytes after the nearest allocation at 0x10 of size 3 bytes",
+              "and is 1 bytes  after the nearest allocation at 0x10 of size 3 bytes",
+              "and is 1 bytess after the nearest allocation at 0x10 of size 3 bytes",
+              "and is 1 bytes inside the nearest allocation at 0x10 of size 3 bytes",
+              "and is 123456789012345678 bytes after the nearest allocation at 0x1 of size 1 bytes",
+              "and is 1234567890123456789 bytes after the nearest allocation at 0x1 of size 1 bytes",
+              "and is 1 bytes after the nearest allocation at 0x1 of size " + "9" * 41 + " bytes",
+              "and is 1 bytes after the nearest allocation at 0x of size 1 bytes",
+              "and is 1 bytes after the nearest allocation at 0x1 of size 1 bytes and more",
+              "and is 1 bytes after the nearest allocation at 0x1 of size 1 byt",
+              "and is 1 bytes after the nearest allocation at 0x1 of size  1 bytes",
+              "and is inside the nearest allocation at 0x10 of size 64 bytesX",
+              "and is insider the nearest allocation at 0x10 of size 64 bytes",
+              "and Write access at f(int *)+0x10 in a.cu:3 [4 hazards]", "and is \u0661 bytes after the nearest allocation"]
+HAZARD_HEADS = ["Warning: (Warp Level Programming) Potential RAW hazard detected at __shared__ 0x604 in block (0,0,0) :",
+                "Error: Potential WAW hazard detected at __shared__ 0x1 in block (1,2,3) :",
+                "Warning:Potential WAR hazard detected at __global__ 0xAbC in block (1,2,3)",
+                "Warning:   (Warp Level Programming)Potential RAW hazard detected at __shared__ 0x1 in block (1,2,3) x",
+                "Info: Potential RAW hazard detected at __shared__ 0x1 in block (1,2,3) :",
+                "warning: Potential RAW hazard detected at __shared__ 0x1 in block (1,2,3) :",
+                "Warning: Potential RWW hazard detected at __shared__ 0x1 in block (1,2,3) :",
+                "Warning: Potential RAW hazard detected at __sh_ared__ 0x1 in block (1,2,3) :",
+                "Warning: Potential RAW hazard detected at ____ 0x1 in block (1,2,3) :",
+                "Warning: Potential RAW hazard detected at __shared__ 0x in block (1,2,3) :",
+                "Warning: Potential RAW hazard detected at __shared__ 0x" + "f" * 17 + " in block (1,2,3) :",
+                "Warning: Potential RAW hazard detected at __shared__ 0x1 in block (1, 2,3) :",
+                "Warning: Potential RAW hazard detected at __shared__ 0x1 in block (1,2,3",
+                "Warning: Potential RAW hazard detected at __shared__ 0x1 in block (1,2,3) :=",
+                "Warning: Potential RAW hazard detected at __shared__ 0x1 in block (1,2,3) : \u00e9",
+                "Warning: Potential RAW hazard detected at __shared__ 0x1 in block (1234567890123456789,2,3) :",
+                "Warning:\tPotential RAW hazard detected at __shared__ 0x1 in block (1,2,3) :",
+                "Error: Race reported between Write access at f(int *)+0x10 in a.cu:3"]
+HAZARD_DETAILS = ["Write Thread (129,0,0) at shared_race(int *)+0x150 in faults.cu:30",
+                  "Read Thread (128,0,0) at shared_race(int *)+0x1d0 in faults.cu:31", "Current Value : 129"]
+
+
+def _near_misses_alike(text: str) -> None:
+    _same(text)
+    _same(text, batch=3)
+    _same(text.replace("=========", "==== PFX"))  # another prefix: the common-line path is off
+
+
+@needs_fold
+@pytest.mark.parametrize("indent", ["", "  ", "   ", "    ", "\t\t\t", " \t "])
+def test_address_lines_read_alike(indent: str) -> None:
+    """Every near miss of the address and nearest-allocation lines reads as classify reads it."""
+    head = "========= Invalid __global__ write of size 4 bytes\n"
+    text = "".join(f"{head}========= {indent}{line}\n=========\n" for line in ADDRESS_LINES + NEAR_LINES)
+    records, _ = _parse(text, None)
+    assert len(records) == len(ADDRESS_LINES + NEAR_LINES)
+    _near_misses_alike(text)
+    _near_misses_alike(text.replace("Invalid __global__", "Uninitialized __global__ memory read of size 4 bytes\n"
+                                    "========= Invalid __global__"))
+
+
+@needs_fold
+@pytest.mark.parametrize("indent", ["", " ", "  ", "   "])
+def test_hazard_heads_read_alike(indent: str) -> None:
+    """Every near miss of a hazard's head (and the Thread lines after it) reads as classify reads it."""
+    details = "".join(f"=========     {d}\n" for d in HAZARD_DETAILS)
+    text = "".join(f"========= {indent}{head}\n{details}=========\n" for head in HAZARD_HEADS)
+    _near_misses_alike(text)
+    _near_misses_alike(text.replace("Write Thread", "Read Thread", 1))
+
+
+def _piece(canonical: str, *misses: str) -> st.SearchStrategy[str]:
+    return st.sampled_from([canonical, canonical, *misses]) | st.text(ANY_CHAR, max_size=3)
+
+
+#: the shapes of those lines, piece by piece, each piece its own text or a near miss
+SHAPES = [
+    [_piece("Access to 0x", "Address 0x", "Access at 0x", "Access 0x"), _piece("7f59a", "", "F" * 17, "0"),
+     _piece(" is ", "  is  ", " ", " .", ""), _piece("out of bounds", ".", "is", "")],
+    [_piece("and is "), _piece("1,024", "inside", ",1", "1" * 19), _piece(" bytes ", " byte ", " bytes", ""),
+     _piece("after", "before", "inside"), _piece(" the nearest allocation at 0x"), _piece("10", "", "g"),
+     _piece(" of size "), _piece("4,000", "9" * 41, ""), _piece(" bytes", " byte", "")],
+    [_piece("Warning:", "Error:", "Info:"), _piece(" ", "", "  \t"), _piece("(Warp Level Programming) ", ""),
+     _piece("Potential RAW", "Potential WAR", "Potential WAW", "Potential XAW"), _piece(" hazard detected at "),
+     _piece("__shared__", "__a_b__", "____"), _piece(" 0x604", " 0x", " 0x" + "1" * 17),
+     _piece(" in block (0,0,0)", " in block (1, 2,3)", " in block (9" + "9" * 18 + ",0,0)"), _piece(" :", "", " : =")],
+    [_piece("by thread "), _piece("(1,2,3)", "(1,2)", "(,1,2)"), _piece(" in block "), _piece("(4,5,6)", "(4,5,6) x")],
+]
+
+
+@needs_fold
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.sampled_from(SHAPES), st.sampled_from(["", " ", "   ", "    ", "\t\t\t"]))
+def test_new_lines_read_alike_property(data: st.DataObject, shape: list[st.SearchStrategy[str]], indent: str) -> None:
+    """The lines the compiled fold reads itself, built from their pieces and near misses of each:
+    both routes make the same records."""
+    line = "".join(data.draw(piece) for piece in shape)
+    head = "========= Invalid __global__ write of size 4 bytes\n"
+    text = f"{head}========= {indent}{line}\n=========     {HAZARD_DETAILS[0]}\n========= {indent}{line}\n=========\n"
+    _same(text)
+
+
+@needs_fold
+def test_new_lines_are_read_without_classify(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common shapes do take the compiled way (so the tests above compare two routes), and
+    only the lines that repeat are remembered."""
+    seen: list[str] = []
+    classify = PT.TextLogParser._classify
+
+    def counting(self: object, raw: str) -> tuple[object, ...]:
+        seen.append(raw)
+        return classify(self, raw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PT.TextLogParser, "_classify", counting)
+    lines = [ADDRESS_LINES[0], ADDRESS_LINES[1], ADDRESS_LINES[3], NEAR_LINES[0], NEAR_LINES[1], NEAR_LINES[2],
+             "by thread (1,2,3) in block (4,5,6)"]
+    text = "".join(f"========= Invalid __global__ write of size 4 bytes\n=========     {line}\n=========\n"
+                   for line in lines)
+    text += "".join(f"========= {h}\n=========     {HAZARD_DETAILS[0]}\n=========\n" for h in HAZARD_HEADS[:3])
+    parser = PT.TextLogParser()
+    records = list(parser.records(text.splitlines()))
+    assert len(records) == len(lines) + 3
+    assert sorted(seen) == sorted({"========= Invalid __global__ write of size 4 bytes", "=========",
+                                   f"=========     {HAZARD_DETAILS[0]}"})  # each once: remembered
+    assert records[-1].hazard == "WAR" and records[-1].space == "__global__" and records[-1].address == 0xABC

@@ -323,6 +323,15 @@ class IncidentGrouper:
                 self._open(gpu, ev, pid, ts, i)
             else:
                 self._join(gpu, target, ev, pid, ts, i, False)
+        elif (xid == 43 and pid is not None and ev.caused_by is None and pid not in gpu.by_pid
+              and not gpu.causes_nopid):
+            # the commonest line of a busy shared GPU: the channel reset of a process that never
+            # faulted, with nothing pid-less to blame (both searches of _consequence_target would
+            # find nothing): an incident of its own, opened as _open opens it
+            inc = _Open(len(self._incs), [ev], [], i, ts, pid, {43}, False)
+            self._incs.append(inc)
+            gpu.by_xid[43].append(inc)
+            gpu.by_pid[pid] = [inc]
         elif xid in CONSEQUENCE_XIDS or classify(xid).category == "informational_or_recovery":
             target = self._consequence_target(gpu, ev, pid, ts, i)
             if target is None:

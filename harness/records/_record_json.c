@@ -22,12 +22,11 @@ typedef struct {
     char local[2048];
 } Buf;
 
-static int grow(Buf *b, size_t more)
+/* room for `more` bytes: the rare case (the buffer must grow) out of line, the check inline */
+static int grow_slow(Buf *b, size_t more)
 {
     size_t cap;
     char *p;
-    if (b->n + more <= b->cap)
-        return 0;
     cap = b->cap * 2;
     while (cap < b->n + more)
         cap *= 2;
@@ -47,7 +46,12 @@ static int grow(Buf *b, size_t more)
     return 0;
 }
 
-static int put(Buf *b, const char *s, size_t n)
+static inline int grow(Buf *b, size_t more)
+{
+    return b->n + more <= b->cap ? 0 : grow_slow(b, more);
+}
+
+static inline int put(Buf *b, const char *s, size_t n)
 {
     if (grow(b, n) < 0)
         return -1;
@@ -114,6 +118,8 @@ static int put_null_or_int(Buf *b, PyObject *v)
 #define PLAIN_SLOTS 64
 #define PLAIN_MAX 4096
 static PyObject *plain[PLAIN_SLOTS];
+/* the bytes encode_basestring_ascii writes otherwise than as themselves (set at import) */
+static unsigned char ESCAPED[256];
 
 static int put_str(Buf *b, PyObject *v, PyObject *escape)
 {
@@ -131,7 +137,7 @@ static int put_str(Buf *b, PyObject *v, PyObject *escape)
             i = n;
         } else {
             for (i = 0; i < n; i++)
-                if (d[i] < 0x20 || d[i] > 0x7e || d[i] == '"' || d[i] == '\\')
+                if (ESCAPED[d[i]])
                     break;
             if (i == n && n <= PLAIN_MAX) {
                 Py_INCREF(v);
@@ -189,30 +195,55 @@ static int put_dim(Buf *b, PyObject *t)
     return PUTS(b, "]") < 0 ? -1 : 1;
 }
 
+/* stacks lately written, held with their text (the parsers share one tuple per distinct stack,
+ * so a log's few stacks are the same objects record after record): jframes is called on a miss,
+ * and the slots are emptied when another jframes is passed */
+#define STACK_SLOTS 64
+#define STACK_MAX 16384
+static PyObject *stack_of[STACK_SLOTS], *stack_text[STACK_SLOTS], *stack_fn;
+
 /* a stack: [] or jframes(frames) */
 static int put_frames(Buf *b, PyObject *frames, PyObject *jframes)
 {
     PyObject *text;
     int rc;
+    size_t slot = ((size_t)(uintptr_t)frames >> 4) % STACK_SLOTS;
     if (!PyTuple_CheckExact(frames))
         return 0;
     if (PyTuple_GET_SIZE(frames) == 0)
         return PUTS(b, "[]") < 0 ? -1 : 1;
+    if (stack_fn != jframes) {
+        int k;
+        for (k = 0; k < STACK_SLOTS; k++) {
+            Py_CLEAR(stack_of[k]);
+            Py_CLEAR(stack_text[k]);
+        }
+        Py_INCREF(jframes);
+        Py_XSETREF(stack_fn, jframes);
+    }
+    if (stack_of[slot] == frames)
+        return put_ascii_str(b, stack_text[slot]) < 0 ? -1 : 1;
     text = PyObject_CallOneArg(jframes, frames);
     if (text == NULL)
         return -1;
     rc = PyUnicode_CheckExact(text) && PyUnicode_IS_ASCII(text) ? (put_ascii_str(b, text) < 0 ? -1 : 1) : 0;
+    if (rc == 1 && PyUnicode_GET_LENGTH(text) <= STACK_MAX) {
+        /* held: the tuple cannot be freed and its address come back as another stack */
+        Py_INCREF(frames);
+        Py_XSETREF(stack_of[slot], frames);
+        Py_XSETREF(stack_text[slot], text);
+        return rc;
+    }
     Py_DECREF(text);
     return rc;
 }
 
-static PyObject *K[27];
 enum {
     TOOL, KIND, KERNEL, FUNCTION, FILE_, LINE, ACCESS, SPACE, SIZE, ADDRESS, PROBLEM, THREAD, BLOCK,
     MESSAGE, ALLOC_BASE, ALLOC_SIZE, ALLOC_RELATION, ALLOC_DISTANCE, API, ERROR, ERROR_CODE,
     SEVERITY, HAZARD, RACE_OTHER, HAZARDS, DEVICE_FRAMES, HOST_FRAMES
 };
-static PyObject *K_HOST_STACK_AT, *K_EXTRA, *K_INDEX, *EMPTY;
+static PyObject *EMPTY;
 static const char *NAMES[27] = {
     "tool", "kind", "kernel", "function", "file", "line", "access", "space", "size", "address",
     "problem", "thread", "block", "message", "alloc_base", "alloc_size", "alloc_relation",
@@ -220,26 +251,68 @@ static const char *NAMES[27] = {
     "device_frames", "host_frames"
 };
 
-/* fields[key], or the dataclass default when the record does not hold it (borrowed) */
-static PyObject *field(PyObject *d, PyObject *key, PyObject *dflt)
+/* Every field a record may hold: the 27 above, then these. A record's values are gathered in one
+ * pass over its dict (30 lookups a record were a tenth of `sanitize parse --json`): its keys are
+ * the interned names of the parsers' code, matched here by identity through a small table. A
+ * dict with any other key (a name built at run time, say) is read by lookups instead. */
+enum { HOST_STACK_AT = 27, EXTRA, INDEX, PC, LINES, NKEYS };
+static PyObject *KEYS[NKEYS];
+#define TAB 128
+static PyObject *tab_key[TAB];
+static int tab_slot[TAB];
+
+static size_t tab_hash(PyObject *key)
 {
-    PyObject *v = PyDict_GetItemWithError(d, key);
-    return v != NULL ? v : (PyErr_Occurred() ? NULL : dflt);
+    return ((size_t)(uintptr_t)key >> 4) % TAB;
 }
+
+static int slot_of(PyObject *key)
+{
+    size_t h;
+    for (h = tab_hash(key); tab_key[h] != NULL; h = (h + 1) % TAB)
+        if (tab_key[h] == key)
+            return tab_slot[h];
+    return -1;
+}
+
+/* vals[k]: the record's value of KEYS[k], or NULL when it holds none (borrowed); -1 on error */
+static int gather(PyObject *d, PyObject **vals)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    int k = 0;
+    memset(vals, 0, sizeof(PyObject *) * NKEYS);
+    while (PyDict_Next(d, &pos, &key, &value)) {
+        if ((k = slot_of(key)) < 0)
+            break;
+        vals[k] = value;
+    }
+    if (k >= 0)
+        return 0;
+    for (k = 0; k < NKEYS; k++)
+        if ((vals[k] = PyDict_GetItemWithError(d, KEYS[k])) == NULL && PyErr_Occurred())
+            return -1;
+    return 0;
+}
+
+/* the record's value, or the dataclass default when it holds none (borrowed) */
+#define field(k, dflt) (vals[k] != NULL ? vals[k] : (dflt))
 
 #define STEP(expr) do { int rc_ = (expr); if (rc_ <= 0) { ok = rc_; goto done; } } while (0)
 #define LIT(lit) STEP(PUTS(&b, lit) < 0 ? -1 : 1)
-#define F(k, dflt) (v = field(d, K[k], dflt)) == NULL ? -1
+#define F(k, dflt) (v = field(k, dflt)) == NULL ? -1
 #define S(k) STEP((F(k, Py_None) : put_null_or_str(&b, v, escape)))
 #define I(k) STEP((F(k, Py_None) : put_null_or_int(&b, v)))
 
 /* the text of one record's fields (new reference), None when a value is left to Python, NULL on error */
 static PyObject *encode(PyObject *d, PyObject *jframes, PyObject *escape)
 {
-    PyObject *v, *out = NULL;
+    PyObject *v, *out = NULL, *vals[NKEYS];
     Buf b;
     int ok = 1;
     Py_ssize_t k;
+    if (gather(d, vals) < 0)
+        return NULL;
     b.p = b.local; b.n = 0; b.cap = sizeof b.local;
 
     LIT("{\"tool\": "); S(TOOL);
@@ -276,18 +349,16 @@ static PyObject *encode(PyObject *d, PyObject *jframes, PyObject *escape)
     LIT(", \"hazards\": "); I(HAZARDS);
     LIT(", \"device_frames\": "); STEP((F(DEVICE_FRAMES, EMPTY) : put_frames(&b, v, jframes)));
     LIT(", \"host_frames\": "); STEP((F(HOST_FRAMES, EMPTY) : put_frames(&b, v, jframes)));
-    LIT(", \"host_stack_at\": "); STEP(((v = field(d, K_HOST_STACK_AT, Py_None)) == NULL ? -1
-                                        : put_null_or_str(&b, v, escape)));
+    LIT(", \"host_stack_at\": "); S(HOST_STACK_AT);
     LIT(", \"extra\": [");
-    STEP(((v = field(d, K_EXTRA, EMPTY)) == NULL ? -1 : PyTuple_CheckExact(v)));
+    STEP(((v = field(EXTRA, EMPTY)) == NULL ? -1 : PyTuple_CheckExact(v)));
     for (k = 0; k < PyTuple_GET_SIZE(v); k++) {
         if (k)
             LIT(", ");
         STEP(put_str(&b, PyTuple_GET_ITEM(v, k), escape));
     }
     LIT("], \"index\": ");
-    STEP(((v = field(d, K_INDEX, NULL)) == NULL ? (PyErr_Occurred() ? -1 : put(&b, "0", 1) < 0 ? -1 : 1)
-          : put_int(&b, v)));
+    STEP(((v = field(INDEX, NULL)) == NULL ? (put(&b, "0", 1) < 0 ? -1 : 1) : put_int(&b, v)));
     LIT("}");
     out = PyUnicode_New((Py_ssize_t)b.n, 127);  /* every byte written is ASCII */
     if (out != NULL)
@@ -370,13 +441,19 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_record_json", NULL,
 PyMODINIT_FUNC PyInit__record_json(void)
 {
     int k;
-    for (k = 0; k < 27; k++)
-        if ((K[k] = PyUnicode_InternFromString(NAMES[k])) == NULL)
+    static const char *more[NKEYS - 27] = {"host_stack_at", "extra", "index", "pc", "lines"};
+    for (k = 0; k < NKEYS; k++) {
+        size_t h;
+        if ((KEYS[k] = PyUnicode_InternFromString(k < 27 ? NAMES[k] : more[k - 27])) == NULL)
             return NULL;
-    if ((K_HOST_STACK_AT = PyUnicode_InternFromString("host_stack_at")) == NULL
-        || (K_EXTRA = PyUnicode_InternFromString("extra")) == NULL
-        || (K_INDEX = PyUnicode_InternFromString("index")) == NULL
-        || (EMPTY = PyTuple_New(0)) == NULL)
+        for (h = tab_hash(KEYS[k]); tab_key[h] != NULL; h = (h + 1) % TAB)
+            ;
+        tab_key[h] = KEYS[k];
+        tab_slot[h] = k;
+    }
+    for (k = 0; k < 256; k++)
+        ESCAPED[k] = k < 0x20 || k > 0x7e || k == '"' || k == '\\';
+    if ((EMPTY = PyTuple_New(0)) == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -1,11 +1,14 @@
 /* The line loop of `sanitize parse`, compiled: `_fold` of harness/sanitizer/parse_text.py, step
  * for step. A 100,000-record log is 800,000 turns of that loop; in Python each turn costs about
- * half a microsecond of bytecode dispatch, here a few dictionary operations. Everything that is
- * not the loop's bookkeeping stays in Python and is called back: the classification of a line not
- * seen before (`classify`), the end of a record (`end`), lines outside records (`outside`,
- * `other`) and the rare detail lines of races, initcheck and old host frames (`rare`). So the
- * compiled part decides nothing the Python route does not decide the same way; the tests run the
- * parser both ways on every capture (tests/test_sanitizer_fold.py).
+ * half a microsecond of bytecode dispatch, here a few dictionary operations. Apart from the loop's
+ * bookkeeping, the common record's end (`end_fast`), a hazard's Thread lines and the few line
+ * shapes that come new in many records (`new_line`, read as `classify` reads them), everything
+ * stays in Python and is called back: the classification of other lines not seen before
+ * (`classify`), the end of other records (`end`), lines outside records (`outside`, `other`) and
+ * the rare detail lines of races, initcheck and old host frames (`rare`). So the compiled part
+ * decides nothing the Python route does not decide the same way; the tests run the parser both
+ * ways on every capture and on near misses of every shape read here
+ * (tests/test_sanitizer_compiled.py).
  *
  * Built by setup.py at `pip install` (optional=True): without a compiler parse_text.py uses `_fold`.
  */
@@ -23,6 +26,8 @@ static PyObject *empty, *one, *k_kernel, *k_device_frames, *k_host_frames, *k_ex
     *k_dict;
 static PyObject *k_function, *k_thread, *k_block, *k_address, *k_problem, *k_alloc_base,
     *k_alloc_size, *k_alloc_relation, *k_alloc_distance, *k_host_stack_at, *k_index, *k_copy;
+static PyObject *k_access, *k_race_other, *k_kind, *k_message, *k_severity, *k_hazard, *k_space;
+static PyObject *s_warning, *s_error, *s_raw, *s_war, *s_waw;
 
 /* op[k], or an IndexError as Python's op[k] would raise (borrowed) */
 static PyObject *item(PyObject *op, Py_ssize_t k)
@@ -102,6 +107,20 @@ static long detail(long code, PyObject *op, PyObject *f, PyObject *host, PyObjec
         return append_item(device, op, 2) < 0 ? -1 : code;
     case D_EXTRA:
         return append_item(extra, op, 1) < 0 ? -1 : code;
+    case D_HAZARD_THREAD:
+        /* a hazard's Read/Write Thread line (_rare_detail's branch: two of them in every
+         * racecheck hazard record): the first one's access, thread and location are the record's */
+        has = PyDict_Contains(f, k_function);
+        if (has < 0)
+            return -1;
+        if (has) {
+            if ((v = item(op, 5)) == NULL || PyDict_SetDefault(f, k_race_other, v) == NULL)
+                return -1;
+            return code;
+        }
+        if (set_from(f, k_access, op, 2, 1) < 0 || set_from(f, k_thread, op, 3, 1) < 0 || (v = item(op, 4)) == NULL)
+            return -1;
+        return PyDict_Update(f, v) < 0 ? -1 : code;
     default: {
         PyObject *args[6] = {NULL, op, f, host, extra, NULL};
         PyObject *res;
@@ -125,64 +144,316 @@ static long detail(long code, PyObject *op, PyObject *f, PyObject *host, PyObjec
     }
 }
 
-/* digits of a dimension: 1 to 18 ASCII digits at s[*i], then `end`; -1 when not */
-static long long dim_part(const Py_UCS1 *s, Py_ssize_t n, Py_ssize_t *i, char end)
+/* --- the lines every record may have a new one of ----------------------------------------------
+ * Most lines of a log repeat (the `at` line, host frames, separators): `classify` reads each once
+ * and the cache remembers it. A few kinds come new in many records: the `by thread` line, the
+ * address lines of memcheck and initcheck and the heads of racecheck's hazards. Reading those in
+ * Python, one call and a regular expression each, was most of a record's cost. So the fold reads
+ * the ones the cache does not hold here, in their common shape only: ASCII, `<lead>` then the line as compute-sanitizer prints it,
+ * nothing odd (no blank or `=` at the end, no control character where it would matter). Each reader returns what
+ * `classify` returns for the line (tests/test_sanitizer_compiled.py holds them to that on every
+ * capture and on near misses of each shape), or NULL without an error for any other line,
+ * which then takes the ordinary way. */
+
+typedef struct {
+    const Py_UCS1 *s;
+    Py_ssize_t n, i;
+} Cur;
+
+/* the text at the cursor starts with `word` (then the cursor moves past it) */
+static int take(Cur *c, const char *word)
+{
+    size_t len = strlen(word);
+    if ((size_t)(c->n - c->i) < len || memcmp(c->s + c->i, word, len) != 0)
+        return 0;
+    c->i += (Py_ssize_t)len;
+    return 1;
+}
+
+static void skip_spaces(Cur *c)
+{
+    while (c->i < c->n && c->s[c->i] == ' ')
+        c->i++;
+}
+
+/* digits of a dimension: 1 to 18 ASCII digits, then `end`; -1 when not */
+static long long dim_part(Cur *c, char end)
 {
     long long v = 0;
-    Py_ssize_t start = *i;
-    while (*i < n && s[*i] >= '0' && s[*i] <= '9' && *i - start < 18)
-        v = v * 10 + (s[(*i)++] - '0');
-    if (*i == start || *i >= n || s[*i] != end)
+    Py_ssize_t start = c->i;
+    while (c->i < c->n && c->s[c->i] >= '0' && c->s[c->i] <= '9' && c->i - start < 18)
+        v = v * 10 + (c->s[c->i++] - '0');
+    if (c->i == start || c->i >= c->n || c->s[c->i] != end)
         return -1;
-    (*i)++;
+    c->i++;
     return v;
 }
 
-/* The class of the commonest line that is rarely seen twice, `<lead>   by thread (t,t,t) in
- * block (b,b,b)` (ASCII, nothing after): (D_WHO, body, thread, block), what `classify` returns
- * for it. NULL without an error for any other line, which `classify` then reads. */
-static PyObject *who_line(PyObject *raw, PyObject *lead)
+/* `(x,y,z)` after the cursor's `(`: a new tuple of three ints, NULL (no error) when not that */
+static PyObject *dims(Cur *c)
 {
-    static const char by[] = "by thread (", in[] = " in block (";
-    const Py_UCS1 *s;
-    Py_ssize_t n, i, start, k;
-    long long v[6];
-    PyObject *body, *t, *b, *code;
-    if (lead == Py_None || !PyUnicode_Check(raw) || !PyUnicode_IS_ASCII(raw) || !PyUnicode_IS_ASCII(lead))
-        return NULL;
-    s = PyUnicode_1BYTE_DATA(raw);
-    n = PyUnicode_GET_LENGTH(raw);
-    i = PyUnicode_GET_LENGTH(lead);
-    if (n < i || memcmp(s, PyUnicode_1BYTE_DATA(lead), (size_t)i) != 0)
-        return NULL;
-    start = i;
-    while (i < n && (s[i] == ' ' || s[i] == '\t'))
-        i++;
-    if (i - start < 3 || n - i < (Py_ssize_t)sizeof by - 1 || memcmp(s + i, by, sizeof by - 1) != 0)
-        return NULL;
-    start = i;
-    i += sizeof by - 1;
-    for (k = 0; k < 6; k++) {
-        v[k] = dim_part(s, n, &i, k == 2 || k == 5 ? ')' : ',');
-        if (v[k] < 0)
+    long long v[3];
+    int k;
+    PyObject *t;
+    for (k = 0; k < 3; k++)
+        if ((v[k] = dim_part(c, k == 2 ? ')' : ',')) < 0)
             return NULL;
-        if (k == 2) {
-            if (n - i < (Py_ssize_t)sizeof in - 1 || memcmp(s + i, in, sizeof in - 1) != 0)
-                return NULL;
-            i += sizeof in - 1;
+    if ((t = PyTuple_New(3)) == NULL)
+        return NULL;
+    for (k = 0; k < 3; k++) {
+        PyObject *x = PyLong_FromLongLong(v[k]);
+        if (x == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, k, x);
+    }
+    return t;
+}
+
+/* 1 to 16 hex digits (what frames.hexnum reads, short of its longest): a new int, NULL (no error)
+ * when not that; the cursor after them */
+static PyObject *hex(Cur *c)
+{
+    unsigned long long v = 0;
+    Py_ssize_t start = c->i;
+    for (; c->i < c->n; c->i++) {
+        int ch = c->s[c->i], d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (d < 0)
+            break;
+        v = v << 4 | (unsigned long long)d;
+    }
+    if (c->i == start || c->i - start > 16)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(v);
+}
+
+/* a decimal with thousands separators (`\d[\d,]*`, what frames.num reads, short of its longest):
+ * a new int, NULL (no error) when not that */
+static PyObject *number(Cur *c)
+{
+    long long v = 0;
+    int digits = 0;
+    if (c->i >= c->n || c->s[c->i] < '0' || c->s[c->i] > '9')
+        return NULL;
+    for (; c->i < c->n && ((c->s[c->i] >= '0' && c->s[c->i] <= '9') || c->s[c->i] == ','); c->i++) {
+        if (c->s[c->i] == ',')
+            continue;
+        if (++digits > 18)
+            return NULL;
+        v = v * 10 + (c->s[c->i] - '0');
+    }
+    return PyLong_FromLongLong(v);
+}
+
+/* (code, body, a, b, ...): a new tuple of the code and the values given (references stolen);
+ * NULL when one of them is NULL (all released) */
+static PyObject *op_of(long code, PyObject *body, int n, PyObject **vals)
+{
+    PyObject *t = NULL, *c = PyLong_FromLong(code);
+    int k, bad = c == NULL || body == NULL;
+    for (k = 0; k < n; k++)
+        bad = bad || vals[k] == NULL;
+    if (!bad && (t = PyTuple_New(n + 2)) != NULL) {
+        PyTuple_SET_ITEM(t, 0, c);
+        PyTuple_SET_ITEM(t, 1, body);
+        for (k = 0; k < n; k++)
+            PyTuple_SET_ITEM(t, k + 2, vals[k]);
+        return t;
+    }
+    Py_XDECREF(c);
+    Py_XDECREF(body);
+    for (k = 0; k < n; k++)
+        Py_XDECREF(vals[k]);
+    return NULL;
+}
+
+/* `by thread (t,t,t) in block (b,b,b)`, nothing after: (D_WHO, body, thread, block) */
+static PyObject *who_line(PyObject *raw, Cur *c)
+{
+    Py_ssize_t start = c->i;
+    PyObject *v[2] = {NULL, NULL};
+    if (!take(c, "by thread (") || (v[0] = dims(c)) == NULL)
+        return NULL;
+    if (!take(c, " in block (") || (v[1] = dims(c)) == NULL || c->i != c->n) {
+        Py_DECREF(v[0]);
+        Py_XDECREF(v[1]);
+        return NULL;
+    }
+    return op_of(D_WHO, PyUnicode_Substring(raw, start, c->n), 2, v);
+}
+
+/* `Access to 0x.. is out of bounds`, `Access at 0x.. is misaligned`, `Address 0x..`:
+ * (D_ADDR, body, address, what follows `is` without its period, or None); parse_text._address */
+static PyObject *address_line(PyObject *raw, Cur *c)
+{
+    Py_ssize_t start = c->i, at;
+    PyObject *v[2];
+    if (!take(c, "Address 0x") && !take(c, "Access to 0x") && !take(c, "Access at 0x"))
+        return NULL;
+    if ((v[0] = hex(c)) == NULL)
+        return NULL;
+    for (at = c->i; at < c->n; at++)
+        if (c->s[at] < ' ') { /* a blank other than the space: Python's strip() is the judge */
+            Py_DECREF(v[0]);
+            return NULL;
+        }
+    if (c->i == c->n || (c->n - c->i == 1 && c->s[c->i] == '.')) {
+        v[1] = Py_NewRef(Py_None);
+    } else if (c->s[c->i] != ' ') {
+        Py_DECREF(v[0]);
+        return NULL;
+    } else {
+        skip_spaces(c);  /* the line ends in no blank: something follows */
+        at = c->i;
+        if (take(c, "is ")) {
+            skip_spaces(c);
+            at = c->i;
+        }
+        v[1] = PyUnicode_Substring(raw, at, c->n - (c->n - at >= 2 && c->s[c->n - 1] == '.'));
+    }
+    return op_of(D_ADDR, PyUnicode_Substring(raw, start, c->n), 2, v);
+}
+
+/* `and is N bytes after|before the nearest allocation at 0x.. of size N bytes` (or `is inside
+ * the`): (D_NEAR, body, base, size, relation, distance); parse_text._D_NEAR. A race's `and Write
+ * access at` line is left to `classify`. */
+static PyObject *near_line(PyObject *raw, Cur *c, PyObject *words)
+{
+    Py_ssize_t start = c->i;
+    PyObject *v[4] = {NULL, NULL, NULL, NULL};
+    int bytes;
+    if (!take(c, "and is "))
+        return NULL;
+    if (take(c, "inside")) {
+        v[2] = Py_NewRef(PyTuple_GET_ITEM(words, 0));
+        v[3] = Py_NewRef(Py_None);
+    } else {
+        if ((v[3] = number(c)) == NULL)
+            return NULL;
+        bytes = take(c, " byte");
+        if (bytes)
+            take(c, "s"); /* `bytes?` */
+        if (!bytes || !take(c, " ")) {
+            Py_DECREF(v[3]);
+            return NULL;
+        }
+        if (take(c, "after"))
+            v[2] = Py_NewRef(PyTuple_GET_ITEM(words, 1));
+        else if (take(c, "before"))
+            v[2] = Py_NewRef(PyTuple_GET_ITEM(words, 2));
+        else {
+            Py_DECREF(v[3]);
+            return NULL;
         }
     }
-    if (i != n)
+    if (take(c, " the nearest allocation at 0x") && (v[0] = hex(c)) != NULL && take(c, " of size ")
+        && (v[1] = number(c)) != NULL && take(c, " byte"))
+        return op_of(D_NEAR, PyUnicode_Substring(raw, start, c->n), 4, v);
+    Py_XDECREF(v[0]);
+    Py_XDECREF(v[1]);
+    Py_DECREF(v[2]);
+    Py_DECREF(v[3]);
+    return NULL;
+}
+
+/* `Warning: [(Warp Level Programming) ]Potential RAW hazard detected at __shared__ 0x604 in block
+ * (0,0,0) :` (Warning or Error; a space name of letters and digits): (L_HEAD, body, fields, hint),
+ * what `classify` returns for it through _race_head; `heads` is (RACE, racecheck's name) */
+static PyObject *hazard_line(PyObject *raw, Cur *c, PyObject *heads)
+{
+    Py_ssize_t start = c->i, sp0, sp1;
+    PyObject *sev, *hz, *fields, *body, *space, *a, *b, *v[2];
+    if (take(c, "Warning:"))
+        sev = s_warning;
+    else if (take(c, "Error:"))
+        sev = s_error;
+    else
         return NULL;
-    body = PyUnicode_Substring(raw, start, n);
-    t = Py_BuildValue("(LLL)", v[0], v[1], v[2]);
-    b = Py_BuildValue("(LLL)", v[3], v[4], v[5]);
-    code = PyLong_FromLong(D_WHO);
-    if (body == NULL || t == NULL || b == NULL || code == NULL) {
-        Py_XDECREF(body); Py_XDECREF(t); Py_XDECREF(b); Py_XDECREF(code);
+    skip_spaces(c);
+    if (take(c, "(Warp Level Programming)"))
+        skip_spaces(c);
+    if (!take(c, "Potential "))
+        return NULL;
+    if (take(c, "RAW"))
+        hz = s_raw;
+    else if (take(c, "WAR"))
+        hz = s_war;
+    else if (take(c, "WAW"))
+        hz = s_waw;
+    else
+        return NULL;
+    if (!take(c, " hazard detected at __"))
+        return NULL;
+    sp0 = c->i - 2;
+    while (c->i < c->n && ((c->s[c->i] >= 'a' && c->s[c->i] <= 'z') || (c->s[c->i] >= 'A' && c->s[c->i] <= 'Z')
+                           || (c->s[c->i] >= '0' && c->s[c->i] <= '9')))
+        c->i++;
+    if (c->i == sp0 + 2 || !take(c, "__ 0x"))
+        return NULL;
+    sp1 = c->i - 3;
+    if ((a = hex(c)) == NULL)
+        return NULL;
+    if (!take(c, " in block (") || (b = dims(c)) == NULL) {
+        Py_DECREF(a);
         return NULL;
     }
-    return Py_BuildValue("(NNNN)", code, body, t, b);
+    body = PyUnicode_Substring(raw, start, c->n);
+    space = PyUnicode_Substring(raw, sp0, sp1);
+    fields = PyDict_New();
+    if (body && space && fields && PyDict_SetItem(fields, k_kind, PyTuple_GET_ITEM(heads, 0)) == 0
+        && PyDict_SetItem(fields, k_message, body) == 0 && PyDict_SetItem(fields, k_severity, sev) == 0
+        && PyDict_SetItem(fields, k_hazard, hz) == 0 && PyDict_SetItem(fields, k_space, space) == 0
+        && PyDict_SetItem(fields, k_address, a) == 0 && PyDict_SetItem(fields, k_block, b) == 0) {
+        Py_DECREF(space); Py_DECREF(a); Py_DECREF(b);
+        v[0] = fields;
+        v[1] = Py_NewRef(PyTuple_GET_ITEM(heads, 1));
+        return op_of(L_HEAD, body, 2, v);
+    }
+    Py_XDECREF(body); Py_XDECREF(space); Py_DECREF(a); Py_DECREF(b); Py_XDECREF(fields);
+    return NULL;
+}
+
+/* the class of `raw` when it is one of the lines above, else NULL (an error set only on failure);
+ * `*keep` is cleared for the lines not worth remembering: a `by thread` line or a hazard's head
+ * seldom comes twice, and thousands of them would push the lines that do out of the cache */
+static PyObject *new_line(PyObject *raw, PyObject *lead, PyObject *heads, PyObject *words, int *keep)
+{
+    Cur c;
+    Py_ssize_t body;
+    PyObject *op;
+    if (lead == Py_None || !PyUnicode_Check(raw) || !PyUnicode_IS_ASCII(raw) || !PyUnicode_Check(lead)
+        || !PyUnicode_IS_ASCII(lead))
+        return NULL;
+    c.s = PyUnicode_1BYTE_DATA(raw);
+    c.n = PyUnicode_GET_LENGTH(raw);
+    c.i = PyUnicode_GET_LENGTH(lead);
+    if (c.n <= c.i || c.s[c.n - 1] <= ' ' || c.s[c.n - 1] == '=' || c.s[c.n - 1] == 0x7f
+        || memcmp(c.s, PyUnicode_1BYTE_DATA(lead), (size_t)c.i) != 0)
+        return NULL;
+    while (c.i < c.n && (c.s[c.i] == ' ' || c.s[c.i] == '\t'))
+        c.i++;
+    body = c.i;
+    if (body - PyUnicode_GET_LENGTH(lead) == 0) {
+        op = c.s[body] == 'W' || c.s[body] == 'E' ? hazard_line(raw, &c, heads) : NULL;
+        *keep = op == NULL;
+        return op;
+    }
+    if (body - PyUnicode_GET_LENGTH(lead) < 3)
+        return NULL;
+    switch (c.s[body]) {
+    case 'b':
+        op = who_line(raw, &c);
+        *keep = op == NULL;
+        return op;
+    case 'A':
+        return address_line(raw, &c);
+    case 'a':
+        return near_line(raw, &c, words);
+    default:
+        return NULL;
+    }
 }
 
 /* What TextLogParser._end does with a record that names its tool and has no device frames,
@@ -279,7 +550,8 @@ static PyObject *call1(PyObject *fn, PyObject *arg)
 }
 
 /* fold(rare, limits, lines, state, cache, classify, end, outside, other, out, lead, fast): see
- * parse_text._fold; `fast` is (pending, votes, tool, kernels, stacks, record class) for end_fast.
+ * parse_text._fold; `fast` is (pending, votes, tool, kernels, stacks, record class) for end_fast
+ * then (RACE, racecheck's name) for hazard_line and ("inside", "after", "before") for near_line.
  * Returns the number of records end_fast made (the parser counts them). */
 static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -300,9 +572,11 @@ static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     lead = args[10]; fast = args[11];
     if (!PyTuple_Check(limits) || PyTuple_GET_SIZE(limits) != 3 || !PyList_Check(lines)
         || !PyList_Check(state) || PyList_GET_SIZE(state) != 10 || !PyDict_Check(cache) || !PyList_Check(out)
-        || !PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) != 6 || !PyDict_Check(PyTuple_GET_ITEM(fast, 1))
+        || !PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) != 8 || !PyDict_Check(PyTuple_GET_ITEM(fast, 1))
         || !PyDict_Check(PyTuple_GET_ITEM(fast, 3)) || !PyDict_Check(PyTuple_GET_ITEM(fast, 4))
-        || !PyType_Check(PyTuple_GET_ITEM(fast, 5))) {
+        || !PyType_Check(PyTuple_GET_ITEM(fast, 5)) || !PyTuple_Check(PyTuple_GET_ITEM(fast, 6))
+        || PyTuple_GET_SIZE(PyTuple_GET_ITEM(fast, 6)) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(fast, 7))
+        || PyTuple_GET_SIZE(PyTuple_GET_ITEM(fast, 7)) != 3) {
         PyErr_SetString(PyExc_TypeError, "fold(): bad arguments");
         return NULL;
     }
@@ -334,23 +608,20 @@ static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (op != NULL) {
             Py_INCREF(op);
         } else {
+            int keep = 1;
             if (PyErr_Occurred())
                 goto error;
-            /* a `by thread` line read here is not remembered: it seldom comes again, and
-             * thousands of them would push the lines that do out of the cache */
-            op = who_line(raw, lead);
-            if (op == NULL) {
-                if (PyErr_Occurred() || (op = call1(classify, raw)) == NULL)
+            op = new_line(raw, lead, PyTuple_GET_ITEM(fast, 6), PyTuple_GET_ITEM(fast, 7), &keep);
+            if (op == NULL && (PyErr_Occurred() || (op = call1(classify, raw)) == NULL))
+                goto error;
+            len = PyUnicode_Check(raw) ? PyUnicode_GET_LENGTH(raw) : PyObject_Length(raw);
+            if (len < 0)
+                goto error;
+            if (keep && len <= cache_line) {
+                if (PyDict_GET_SIZE(cache) >= cache_max)
+                    PyDict_Clear(cache);
+                if (PyDict_SetItem(cache, raw, op) < 0)
                     goto error;
-                len = PyUnicode_Check(raw) ? PyUnicode_GET_LENGTH(raw) : PyObject_Length(raw);
-                if (len < 0)
-                    goto error;
-                if (len <= cache_line) {
-                    if (PyDict_GET_SIZE(cache) >= cache_max)
-                        PyDict_Clear(cache);
-                    if (PyDict_SetItem(cache, raw, op) < 0)
-                        goto error;
-                }
             }
         }
         if (!PyTuple_Check(op) || PyTuple_GET_SIZE(op) < 1) {
@@ -457,8 +728,31 @@ error:
     return NULL;
 }
 
+/* longest(lines): the length of the longest str of a list, 0 for none (parse_text._cut asks it
+ * of every list of lines the reader makes; max(map(len, lines)) was 3% of a parse) */
+static PyObject *longest(PyObject *self, PyObject *lines)
+{
+    Py_ssize_t i, n, most = 0;
+    if (!PyList_Check(lines)) {
+        PyErr_SetString(PyExc_TypeError, "longest() takes a list");
+        return NULL;
+    }
+    for (i = 0; i < PyList_GET_SIZE(lines); i++) {
+        PyObject *line = PyList_GET_ITEM(lines, i);
+        if (!PyUnicode_Check(line)) {
+            PyErr_SetString(PyExc_TypeError, "longest() takes a list of str");
+            return NULL;
+        }
+        n = PyUnicode_GET_LENGTH(line);
+        if (n > most)
+            most = n;
+    }
+    return PyLong_FromSsize_t(most);
+}
+
 static PyMethodDef methods[] = {
     {"fold", (PyCFunction)(void (*)(void))fold, METH_FASTCALL, "parse_text._fold, compiled."},
+    {"longest", (PyCFunction)longest, METH_O, "max(map(len, lines)) of a list of str, 0 for none."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -475,6 +769,9 @@ PyMODINIT_FUNC PyInit__fold(void)
     KEY(k_index, "index"); KEY(k_copy, "copy"); KEY(k_kernel, "kernel");
     KEY(k_device_frames, "device_frames"); KEY(k_host_frames, "host_frames"); KEY(k_extra, "extra");
     KEY(k_lines, "lines"); KEY(k_tool, "tool"); KEY(k_dict, "__dict__");
+    KEY(k_access, "access"); KEY(k_race_other, "race_other"); KEY(k_kind, "kind"); KEY(k_message, "message");
+    KEY(k_severity, "severity"); KEY(k_hazard, "hazard"); KEY(k_space, "space");
+    KEY(s_warning, "Warning"); KEY(s_error, "Error"); KEY(s_raw, "RAW"); KEY(s_war, "WAR"); KEY(s_waw, "WAW");
     if ((empty = PyTuple_New(0)) == NULL || (one = PyLong_FromLong(1)) == NULL)
         return NULL;
 #undef KEY

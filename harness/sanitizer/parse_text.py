@@ -543,8 +543,9 @@ _SMALL_BATCH = 64
 
 def _rare_detail(code: int, op: tuple[Any, ...], f: dict[str, Any], host: list[Frame], extra: list[str],
                  prev: int) -> int:
-    """The detail lines of races, initcheck and old host frames (both folds call this); the code
-    the next line sees as the previous one."""
+    """The detail lines of races, initcheck and old host frames (both folds call this; the compiled
+    one does a hazard's Thread lines itself, the same way); the code the next line sees as the
+    previous one."""
     if code == D_IN and prev == D_HOST and host:
         # 2021-2024 layout: "Host Frame:cudaLaunchKernel [0x70aae]" then "in /lib/libcudart.so.12"
         if host[-1].module is None:
@@ -580,10 +581,11 @@ def _fold(lines: list[str], state: list[Any], cache: dict[str, tuple[Any, ...]],
     ``_fold_native`` is the same loop compiled, this one is the route without it. The location's
     four keys are only ever set together, so "function" absent means all four are. ``lead`` is
     the prefix and its blank when lines start plainly with it (else None): the compiled fold reads
-    the ``by thread`` line after it itself (every record has one, and it seldom repeats), this
-    one leaves it to ``classify`` like every other line. ``fast`` holds what the compiled fold
-    needs to finish a common record without ``end`` (it returns how many it finished so; this
-    one always calls ``end`` and returns 0).
+    the lines after it that come new in many records itself (``by thread``, memcheck's and
+    initcheck's address lines, racecheck's hazard heads), this one leaves them to ``classify``
+    like every other line. ``fast`` holds what the compiled fold needs to finish a common record
+    without ``end`` (it returns how many it finished so; this one always calls ``end`` and
+    returns 0) and the values those lines' classes hold.
     """
     f, text, host, device, extra, dropped, prev, closed_last, hint, index = state
     get = cache.get
@@ -654,13 +656,20 @@ def _fold(lines: list[str], state: list[Any], cache: dict[str, tuple[Any, ...]],
     return 0
 
 
-def _load_native() -> Callable[..., int] | None:
-    """The compiled fold (``_fold.c``, built at install), or None: then ``_fold`` runs."""
+def _native_module() -> Any:
+    """The compiled part (``_fold.c``, built at install), or None."""
     if os.environ.get(PURE_ENV):
         return None
     try:
-        native = importlib.import_module("faulthunt.sanitizer._fold")
+        return importlib.import_module("faulthunt.sanitizer._fold")
     except ImportError:
+        return None
+
+
+def _load_native() -> Callable[..., int] | None:
+    """The compiled fold, or None: then ``_fold`` runs."""
+    native = _native_module()
+    if native is None:
         return None
     codes = (L_SKIP, L_SEP, L_HEAD, D_EXTRA, D_AT, D_WHO, D_ADDR, D_NEAR, D_RACE_AND, D_HOST, D_DEVICE,
              D_SAVED, D_IN, D_HAZARD_THREAD, D_UNINIT)
@@ -671,6 +680,14 @@ def _load_native() -> Callable[..., int] | None:
 
 #: the fold a parser uses: compiled when it was built (tests set this to None to run ``_fold``)
 _fold_native: Callable[..., int] | None = _load_native()
+
+
+def _longest_py(lines: list[str]) -> int:
+    return max(map(len, lines)) if lines else 0
+
+
+#: the length of a list's longest line (compiled when built: ``_cut`` asks it of every list)
+_longest: Callable[[list[str]], int] = getattr(_native_module(), "longest", None) or _longest_py
 
 
 class TextLogParser:
@@ -775,8 +792,10 @@ class TextLogParser:
         state: list[Any] = [None, [], [], [], [], 0, -1, True, None, -1]
         out: list[SanitizerRecord] = []
         fold = _fold_native or _fold
-        # what the compiled fold needs to finish the common record itself (see _end)
-        fast = (self._pending, self._votes, self.tool, _CLONE_PARENT, _STACKS, SanitizerRecord)
+        # what the compiled fold needs to finish the common record itself (see _end), and the
+        # values its own readers put in a hazard head's class and a nearest-allocation line's
+        fast = (self._pending, self._votes, self.tool, _CLONE_PARENT, _STACKS, SanitizerRecord,
+                (RACE, _KIND_TOOL[RACE]), ("inside", "after", "before"))
         args = (state, self._cache, self._classify, self._end, self._outside, self._other, out,
                 self._lead or None, fast)
         # lines in batches (list-building in C): the fold's loop runs over a list, a batch of
@@ -958,7 +977,7 @@ def iter_lines(chunks: Iterable[bytes], *, max_line: int = MAX_LINE) -> Iterator
 
 
 def _cut(lines: list[str], max_line: int) -> list[str]:
-    if lines and max(map(len, lines)) > max_line:
+    if _longest(lines) > max_line:
         return [line[:max_line] for line in lines]
     return lines
 
