@@ -32,20 +32,24 @@ import errno
 import math
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from faulthunt.errors import FaulthuntError
 from faulthunt.kernlog import SPECS as _SPECS
-from faulthunt.kernlog.catalog import classify
-from faulthunt.kernlog.parse import MARKER, parse_line, scan_text
 from faulthunt.kernlog.pci import normalize_pci
-from faulthunt.records.xid import XidEvent
+
+if TYPE_CHECKING:
+    from faulthunt.records.xid import XidEvent
+
+# The parser, the catalog and the Xid record are imported when a log holds an Xid line (or a
+# source needs them): a stress run of a healthy suite follows the log without them (about 11 M
+# instructions of its start-up). MARKER is faulthunt.kernlog.parse.MARKER (a test checks).
+MARKER = "NVRM: Xid"
 
 KMSG_PATH = "/dev/kmsg"
 #: one read() of /dev/kmsg returns one record; the buffer must hold the largest (8 KiB + dictionary)
@@ -160,6 +164,8 @@ class ReadResult:
 def _result(source: str, lines: list[str], cursor: Cursor, lost: int = 0, *, lost_unknown: bool = False,
             warnings: list[str] | None = None, events: list[XidEvent] | None = None) -> ReadResult:
     if events is None:
+        from faulthunt.kernlog.parse import scan_text
+
         scan = scan_text("\n".join(lines))
         evs, unparsed = scan.events, scan.unparsed
     else:
@@ -363,6 +369,8 @@ class KmsgSource:
             if MARKER not in r.message:
                 continue
             # the record's own line: its header gives the event's seq, time and level
+            from faulthunt.kernlog.parse import parse_line
+
             ev = parse_line(r.line)
             if ev is None:
                 unparsed.append(r.line)
@@ -394,6 +402,8 @@ _DMESG_TS = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
 
 def _run_tool(argv: list[str], what: str, timeout: float = 30.0) -> str:
+    import shutil  # with bz2, lzma and zlib: only for the dmesg and journalctl sources
+
     exe = shutil.which(argv[0])
     if exe is None:
         raise KernelLogUnreadable(f"`{argv[0]}` is not installed", fix=f"install it, or choose another --xid-source ({what})")
@@ -682,6 +692,9 @@ class NvmlSource:
             idx = self._device_index(data.device)
             unknown = " (NVML 999: unknown Xid)" if xid == 999 else ""
             raw = f"NVML: Xid {xid} on GPU {idx if idx is not None else '?'} ({pci or 'unknown PCI'}){unknown}"
+            from faulthunt.kernlog.catalog import classify
+            from faulthunt.records.xid import XidEvent
+
             ev = XidEvent(
                 xid=xid, pci=pci,
                 gpu_instance=None if gi in (None, _NVML_NO_INSTANCE) else int(gi),
