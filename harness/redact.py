@@ -120,6 +120,11 @@ def redact_value(value: str) -> str:
     """Redact credential-looking parts of a value (tokens, URL passwords), keep the rest."""
     if not SECRET_HINT.search(value):  # an environment's paths and flags: no pattern compiled
         return value
+    return _redact_value_fully(value)
+
+
+def _redact_value_fully(value: str) -> str:
+    """redact_value without the SECRET_HINT shortcut."""
     if "://" in value:  # a substring test first: the regex tries every letter of the text
         value = _URL_CREDENTIALS().sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
     value = _URL_QUERY().sub(lambda m: f"{m['key']}{REDACTED}", value)
@@ -177,7 +182,7 @@ def redact_text(text: str) -> str:
 
 def _redact_text_fully(text: str) -> str:
     """redact_text without the SECRET_HINT shortcut (the tests check the shortcut against it)."""
-    return redact_value(_ASSIGNMENT().sub(_assignment, text))
+    return _redact_value_fully(_ASSIGNMENT().sub(_assignment, text))
 
 
 # py-spy --locals lines: "            api_token: \"hunter2\"" (an indented name, a colon, the value's

@@ -37,7 +37,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
 
@@ -48,7 +48,11 @@ from faulthunt.records.documents import (Identity, KmsgCursorDoc, MappingEntry, 
                                          SanitizerDoc, Summary, XidLine)
 from faulthunt.records.events import (ControllerEvent, OtherEvent, SessionStart, WorkerEvent,
                                       decode_controller_event, decode_worker_event)
-from faulthunt.records.run import TestSpan, assemble_spans
+
+if TYPE_CHECKING:
+    # imported by spans() (TestSpan is a dataclass: about 5 M instructions to make, which every
+    # pytest process of a run would pay, though only the analysis reads spans)
+    from faulthunt.records.run import TestSpan
 
 T = TypeVar("T")
 
@@ -801,6 +805,8 @@ class RunDir:
     def spans(self) -> tuple[TestSpan, ...]:
         """Every test run of the run, paired from the worker events (a repeated test's runs stay
         distinct: :attr:`TestSpan.key`), collateral failures labelled."""
+        from faulthunt.records.run import assemble_spans
+
         return self._cached("spans", lambda: tuple(assemble_spans(self.worker_events(),
                                                                   self.controller())))
 
