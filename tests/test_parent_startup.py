@@ -80,3 +80,25 @@ def test_mkstemp_makes_a_new_private_file_and_skips_taken_names(
     assert name == str(tmp_path / (".x." + (b"\1" * 6).hex()))
     assert stat.S_IMODE(os.stat(name).st_mode) == 0o600
     assert taken.read_text() == "keep"
+
+
+KMSG_SAMPLES = [b"6,1,2,-;hello\n SUBSYSTEM=pci\n DEVICE=+pci:0000:00:06.0\n",
+                b"006,0012,00034,-,caller=T1;msg; with ;semicolons\n", b"garbage", b"12,5,7,c;",
+                b"4,9,9,-;caf\xc3\xa9 \xff\n", b"99999,1,1,-;m", b"3,1,1,;m\n", b""]
+
+
+@pytest.mark.parametrize("data", KMSG_SAMPLES)
+def test_a_snapshot_line_is_the_record_s_line(data: bytes) -> None:
+    from faulthunt.kernlog.sources import kmsg_line, parse_kmsg_record
+
+    rec = parse_kmsg_record(data)
+    assert kmsg_line(data) == (rec.line if rec is not None else None)
+
+
+def test_the_cursor_follows_the_last_record_that_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from faulthunt.kernlog.sources import KmsgSource
+
+    src = KmsgSource("/nonexistent/kmsg")
+    for raw, seq in ((KMSG_SAMPLES, 2), ([b"6,41,1,-;a", b"junk"], 42), ([b"junk"], 0), ([], 0)):
+        monkeypatch.setattr(src, "_read_all_raw", lambda raw=raw: list(raw))
+        assert src.cursor().seq == seq

@@ -240,6 +240,18 @@ def parse_kmsg_record(data: bytes | str) -> KmsgRecord | None:
                       flags=m.group(4), message=first, dictionary=dictionary)
 
 
+def kmsg_line(data: bytes) -> str | None:
+    """``parse_kmsg_record(data).line`` (None where that is None) without making the record: a
+    snapshot takes the line of every record in the buffer."""
+    text = data.decode("utf-8", "replace")
+    m = _KMSG_HEAD.match(text)
+    if m is None:
+        return None
+    message = text[m.end():].partition("\n")[0]
+    # the record's facility * 8 + level is its priority itself
+    return f"{int(m[1])},{int(m[2])},{int(m[3])},{m[4]};{message}"
+
+
 def select_after(records: list[KmsgRecord], start: int) -> tuple[list[KmsgRecord], int, int]:
     """The records at or after sequence number ``start``; how many are missing; the next seq.
 
@@ -305,7 +317,13 @@ class KmsgSource:
 
     def _drain(self, fd: int) -> tuple[list[KmsgRecord], int]:
         """Read every record available on ``fd`` now; returns them and the number of EPIPEs seen."""
-        records: list[KmsgRecord] = []
+        raw, epipes = self._drain_raw(fd)
+        records = [rec for rec in map(parse_kmsg_record, raw) if rec is not None]
+        return records, epipes
+
+    def _drain_raw(self, fd: int) -> tuple[list[bytes], int]:
+        """The records available on ``fd`` now as read, unparsed; the number of EPIPEs seen."""
+        records: list[bytes] = []
         epipes = 0
         while True:
             try:
@@ -321,21 +339,21 @@ class KmsgSource:
                 continue
             if not data:
                 break
-            rec = parse_kmsg_record(data)
-            if rec is not None:
-                records.append(rec)
+            records.append(data)
         return records, epipes
 
-    def _read_all(self) -> list[KmsgRecord]:
+    def _read_all_raw(self) -> list[bytes]:
         fd = self._open()
         try:
-            return self._drain(fd)[0]
+            return self._drain_raw(fd)[0]
         finally:
             os.close(fd)
 
     def cursor(self) -> Cursor:
-        records = self._read_all()
-        nxt = records[-1].seq + 1 if records else 0
+        # only the last record that parses counts: the buffer's others are not parsed (a stress
+        # run takes a cursor and two snapshots of the whole buffer)
+        last = next(filter(None, map(parse_kmsg_record, reversed(self._read_all_raw()))), None)
+        nxt = last.seq + 1 if last is not None else 0
         return Cursor(source=self.name, seq=nxt, boot_id=_boot_id(), path=self.path, taken=time.time())
 
     def read_since(self, cursor: Cursor, *, final: bool = False) -> ReadResult:
@@ -381,7 +399,7 @@ class KmsgSource:
         return dataclasses.replace(res, unparsed=tuple(unparsed))
 
     def snapshot(self) -> str:
-        return "".join(r.line + "\n" for r in self._read_all())
+        return "".join(line + "\n" for line in map(kmsg_line, self._read_all_raw()) if line is not None)
 
     def close(self) -> None:
         with self._lock:
