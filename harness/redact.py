@@ -15,6 +15,7 @@ whole documents are redacted decoded (:func:`redact_json`). ``tests/test_redact.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -23,21 +24,17 @@ REDACTED = "<redacted>"
 
 
 class _Lazy:
-    """A pattern compiled at its first use. Compiling every pattern below costs about 20 M
-    instructions (~6 ms), paid at import by each process that imports this module (every pytest
-    worker of a stress run), while most of them never see a value with a :data:`SECRET_HINT`."""
-
-    __slots__ = ("_source", "_flags", "_rx")
+    """A pattern compiled at its first use (:attr:`rx`; later uses read it as a plain attribute).
+    Compiling every pattern below costs about 20 M instructions (~6 ms), paid at import by each
+    process that imports this module (every pytest worker of a stress run), while most of them
+    never see a value with a :data:`SECRET_HINT`."""
 
     def __init__(self, source: str, flags: int = 0) -> None:
         self._source, self._flags = source, flags
-        self._rx: re.Pattern[str] | None = None
 
-    def __call__(self) -> re.Pattern[str]:
-        rx = self._rx
-        if rx is None:  # two threads may both compile it: the same pattern either way
-            rx = self._rx = re.compile(self._source, self._flags)
-        return rx
+    @functools.cached_property
+    def rx(self) -> re.Pattern[str]:
+        return re.compile(self._source, self._flags)
 
 
 _SECRET_NAME = _Lazy(
@@ -113,7 +110,7 @@ SECRET_HINT = re.compile(
 
 def is_secret_name(name: str) -> bool:
     """True for variable names that suggest a credential (``GITHUB_TOKEN``, ``AWS_SECRET_...``)."""
-    return name not in _SAFE_NAMES and bool(_SECRET_NAME().search(name))
+    return name not in _SAFE_NAMES and bool(_SECRET_NAME.rx.search(name))
 
 
 def redact_value(value: str) -> str:
@@ -126,18 +123,18 @@ def redact_value(value: str) -> str:
 def _redact_value_fully(value: str) -> str:
     """redact_value without the SECRET_HINT shortcut."""
     if "://" in value:  # a substring test first: the regex tries every letter of the text
-        value = _URL_CREDENTIALS().sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
-    value = _URL_QUERY().sub(lambda m: f"{m['key']}{REDACTED}", value)
-    value = _AUTH_HEADER().sub(lambda m: f"{m['head']}{REDACTED}", value)
-    value = _BEARER().sub(lambda m: f"{m['head']}{REDACTED}", value)
-    value = _SECRET_OPTION().sub(lambda m: f"{m['opt']}{m['sep']}{REDACTED}", value)
-    return _SECRET_VALUE().sub(REDACTED, value)
+        value = _URL_CREDENTIALS.rx.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+    value = _URL_QUERY.rx.sub(lambda m: f"{m['key']}{REDACTED}", value)
+    value = _AUTH_HEADER.rx.sub(lambda m: f"{m['head']}{REDACTED}", value)
+    value = _BEARER.rx.sub(lambda m: f"{m['head']}{REDACTED}", value)
+    value = _SECRET_OPTION.rx.sub(lambda m: f"{m['opt']}{m['sep']}{REDACTED}", value)
+    return _SECRET_VALUE.rx.sub(REDACTED, value)
 
 
 def _takes_value(arg: str) -> bool:
     """``--token`` / ``--password`` without ``=``: the next word is its (secret) value."""
     return ("=" not in arg and SECRET_HINT.search(arg) is not None
-            and bool(_SECRET_OPTION().fullmatch(arg + " x")))
+            and bool(_SECRET_OPTION.rx.fullmatch(arg + " x")))
 
 
 def redact_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
@@ -182,7 +179,7 @@ def redact_text(text: str) -> str:
 
 def _redact_text_fully(text: str) -> str:
     """redact_text without the SECRET_HINT shortcut (the tests check the shortcut against it)."""
-    return _redact_value_fully(_ASSIGNMENT().sub(_assignment, text))
+    return _redact_value_fully(_ASSIGNMENT.rx.sub(_assignment, text))
 
 
 # py-spy --locals lines: "            api_token: \"hunter2\"" (an indented name, a colon, the value's
@@ -197,7 +194,7 @@ def redact_stack_dump(text: str) -> str:
     def local(m: re.Match[str]) -> str:
         return f"{m['head']}{REDACTED}" if is_secret_name(m["name"]) and m["value"] else m[0]
 
-    return redact_text(_STACK_LOCAL().sub(local, text))
+    return redact_text(_STACK_LOCAL.rx.sub(local, text))
 
 
 def redact_json(data: Any) -> Any:
