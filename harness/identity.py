@@ -13,7 +13,6 @@ import contextlib
 import os
 import platform
 import re
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -226,7 +225,9 @@ def collect_basic() -> dict[str, Any]:
     """
     info: dict[str, Any] = {}
     try:
-        info["host"] = socket.gethostname()
+        # socket.gethostname()'s answer (glibc's gethostname is uname's nodename), without
+        # importing socket: about 10 M instructions of every stress run's start-up
+        info["host"] = os.uname().nodename
     except OSError:
         info["host"] = None
     try:

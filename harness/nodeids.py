@@ -13,7 +13,6 @@ on the command line matches nothing ("0 test runs").
 
 from __future__ import annotations
 
-import difflib
 import os
 import posixpath
 import re
@@ -150,6 +149,8 @@ def not_found_text(missing: Sequence[str], collected: Iterable[str] = (), note: 
     names = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
     what = "matches" if len(missing) == 1 else "match"
     text = f"test id {names} {what} no collected test"
+    import difflib  # only for this message: not part of every importer's start-up
+
     close = difflib.get_close_matches(missing[0], list(dict.fromkeys(collected)), n=3) \
         if missing else []
     if close:

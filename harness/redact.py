@@ -15,13 +15,29 @@ whole documents are redacted decoded (:func:`redact_json`). ``tests/test_redact.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
 
 REDACTED = "<redacted>"
 
-_SECRET_NAME = re.compile(
+
+class _Lazy:
+    """A pattern compiled at its first use (:attr:`rx`; later uses read it as a plain attribute).
+    Compiling every pattern below costs about 20 M instructions (~6 ms), paid at import by each
+    process that imports this module (every pytest worker of a stress run), while most of them
+    never see a value with a :data:`SECRET_HINT`."""
+
+    def __init__(self, source: str, flags: int = 0) -> None:
+        self._source, self._flags = source, flags
+
+    @functools.cached_property
+    def rx(self) -> re.Pattern[str]:
+        return re.compile(self._source, self._flags)
+
+
+_SECRET_NAME = _Lazy(
     r"(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|AUTH|"
     r"COOKIE|SESSION_?ID|SIGNATURE|^PGPASS|_KEY$|_PAT$|^PAT$|WEBHOOK|DSN$|JWT|_PWD$|_PASS$|BEARER|"
     r"ACCOUNT_?KEY)",
@@ -36,7 +52,7 @@ _SAFE_NAMES = frozenset({
 _VALUE = r"[^\s'\"\\]"
 # Token shapes. Each alternative either has a fixed length or only fails early, except JWT (its
 # first segment may run long before a missing dot fails it), which therefore starts at a boundary.
-_SECRET_VALUE = re.compile(
+_SECRET_VALUE = _Lazy(
     r"(gh[pousr]_[A-Za-z0-9]{20,}"           # GitHub tokens
     r"|github_pat_[A-Za-z0-9_]{20,}"
     r"|gl(?:pat|dt|rt|ptt|soat)-[A-Za-z0-9_\-]{20,}"  # GitLab personal/deploy/runner tokens
@@ -62,26 +78,26 @@ _SECRET_VALUE = re.compile(
 )
 # "Authorization: Bearer <token>", "Authorization: Basic <b64>" in logged headers / curl lines.
 # The scheme word needs whitespace after it, so the two runs of spaces cannot trade characters.
-_AUTH_HEADER = re.compile(r"(?i)\b(?P<head>(?:authorization|proxy-authorization)\s*[:=]\s*"
-                          r"(?:(?:bearer|basic|token)\s+)?)(?P<value>" + _VALUE + "+)")
+_AUTH_HEADER = _Lazy(r"(?i)\b(?P<head>(?:authorization|proxy-authorization)\s*[:=]\s*"
+                     r"(?:(?:bearer|basic|token)\s+)?)(?P<value>" + _VALUE + "+)")
 # a bare "Bearer <token>" (a logged header value, an exception message)
-_BEARER = re.compile(r"\b(?P<head>[Bb]earer\s+)(?P<value>[A-Za-z0-9._~+/\-]{16,}=*)")
+_BEARER = _Lazy(r"\b(?P<head>[Bb]earer\s+)(?P<value>[A-Za-z0-9._~+/\-]{16,}=*)")
 # "--token VALUE", "--password=VALUE"; "-p" is too common to touch (pytest -p plugin). It starts
 # only where an option can start (not inside a word or a run of dashes): linear on "-a-a-a...".
-_SECRET_OPTION = re.compile(r"(?i)(?<![\w-])(?P<opt>--?(?:[a-z0-9]+[-_])*"
-                            r"(?:token|password|passwd|secret|api[-_]?key|access[-_]?key))"
-                            r"(?P<sep>[= ]+)(?P<value>" + _VALUE + "+)")
+_SECRET_OPTION = _Lazy(r"(?i)(?<![\w-])(?P<opt>--?(?:[a-z0-9]+[-_])*"
+                       r"(?:token|password|passwd|secret|api[-_]?key|access[-_]?key))"
+                       r"(?P<sep>[= ]+)(?P<value>" + _VALUE + "+)")
 # user:password@host in URLs; the scheme starts at a boundary (linear on long runs of letters)
-_URL_CREDENTIALS = re.compile(r"(?<![a-zA-Z0-9+.\-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)"
-                              r"(?P<user>[^:/@\s'\"\\]+):(?P<pw>[^@/\s'\"\\]+)@")
+_URL_CREDENTIALS = _Lazy(r"(?<![a-zA-Z0-9+.\-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)"
+                         r"(?P<user>[^:/@\s'\"\\]+):(?P<pw>[^@/\s'\"\\]+)@")
 # ?access_token=..., &sig=... in URLs (presigned URLs, API keys in query strings)
-_URL_QUERY = re.compile(r"(?i)(?<=[?&])(?P<key>(?:access_?token|token|api_?key|key|sig|signature|"
-                        r"password|passwd|secret|client_secret|auth)=)(?P<value>[^&#\s'\"\\]+)")
+_URL_QUERY = _Lazy(r"(?i)(?<=[?&])(?P<key>(?:access_?token|token|api_?key|key|sig|signature|"
+                   r"password|passwd|secret|client_secret|auth)=)(?P<value>[^&#\s'\"\\]+)")
 # NAME=value and NAME="value" assignments (shell lines, env dumps, logged settings). A quoted
 # value holds none of JSON's ,:{}[] and needs its closing quote, so the end of a JSON string
 # ("API_TOKEN=", "next") never reads as an opening quote.
-_ASSIGNMENT = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?:(?P<quote>['\"])"
-                         r"(?P<quoted>[^\s'\"\\,:{}\[\]]+)(?P=quote)|(?P<value>" + _VALUE + "+))")
+_ASSIGNMENT = _Lazy(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?:(?P<quote>['\"])"
+                    r"(?P<quoted>[^\s'\"\\,:{}\[\]]+)(?P=quote)|(?P<value>" + _VALUE + "+))")
 
 
 #: What every pattern above (and redact_text's NAME=value) needs to match: text without it is
@@ -94,23 +110,31 @@ SECRET_HINT = re.compile(
 
 def is_secret_name(name: str) -> bool:
     """True for variable names that suggest a credential (``GITHUB_TOKEN``, ``AWS_SECRET_...``)."""
-    return name not in _SAFE_NAMES and bool(_SECRET_NAME.search(name))
+    return name not in _SAFE_NAMES and bool(_SECRET_NAME.rx.search(name))
 
 
 def redact_value(value: str) -> str:
     """Redact credential-looking parts of a value (tokens, URL passwords), keep the rest."""
+    if not SECRET_HINT.search(value):  # an environment's paths and flags: no pattern compiled
+        return value
+    return _redact_value_fully(value)
+
+
+def _redact_value_fully(value: str) -> str:
+    """redact_value without the SECRET_HINT shortcut."""
     if "://" in value:  # a substring test first: the regex tries every letter of the text
-        value = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
-    value = _URL_QUERY.sub(lambda m: f"{m['key']}{REDACTED}", value)
-    value = _AUTH_HEADER.sub(lambda m: f"{m['head']}{REDACTED}", value)
-    value = _BEARER.sub(lambda m: f"{m['head']}{REDACTED}", value)
-    value = _SECRET_OPTION.sub(lambda m: f"{m['opt']}{m['sep']}{REDACTED}", value)
-    return _SECRET_VALUE.sub(REDACTED, value)
+        value = _URL_CREDENTIALS.rx.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+    value = _URL_QUERY.rx.sub(lambda m: f"{m['key']}{REDACTED}", value)
+    value = _AUTH_HEADER.rx.sub(lambda m: f"{m['head']}{REDACTED}", value)
+    value = _BEARER.rx.sub(lambda m: f"{m['head']}{REDACTED}", value)
+    value = _SECRET_OPTION.rx.sub(lambda m: f"{m['opt']}{m['sep']}{REDACTED}", value)
+    return _SECRET_VALUE.rx.sub(REDACTED, value)
 
 
 def _takes_value(arg: str) -> bool:
     """``--token`` / ``--password`` without ``=``: the next word is its (secret) value."""
-    return "=" not in arg and bool(_SECRET_OPTION.fullmatch(arg + " x"))
+    return ("=" not in arg and SECRET_HINT.search(arg) is not None
+            and bool(_SECRET_OPTION.rx.fullmatch(arg + " x")))
 
 
 def redact_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
@@ -155,12 +179,12 @@ def redact_text(text: str) -> str:
 
 def _redact_text_fully(text: str) -> str:
     """redact_text without the SECRET_HINT shortcut (the tests check the shortcut against it)."""
-    return redact_value(_ASSIGNMENT.sub(_assignment, text))
+    return _redact_value_fully(_ASSIGNMENT.rx.sub(_assignment, text))
 
 
 # py-spy --locals lines: "            api_token: \"hunter2\"" (an indented name, a colon, the value's
 # repr to the end of the line). Anchored at a line's indentation: linear on any input.
-_STACK_LOCAL = re.compile(r"(?m)^(?P<head>[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]*): )(?P<value>.*)$")
+_STACK_LOCAL = _Lazy(r"(?m)^(?P<head>[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]*): )(?P<value>.*)$")
 
 
 def redact_stack_dump(text: str) -> str:
@@ -170,7 +194,7 @@ def redact_stack_dump(text: str) -> str:
     def local(m: re.Match[str]) -> str:
         return f"{m['head']}{REDACTED}" if is_secret_name(m["name"]) and m["value"] else m[0]
 
-    return redact_text(_STACK_LOCAL.sub(local, text))
+    return redact_text(_STACK_LOCAL.rx.sub(local, text))
 
 
 def redact_json(data: Any) -> Any:

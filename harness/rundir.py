@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import glob
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
 
@@ -50,7 +48,11 @@ from faulthunt.records.documents import (Identity, KmsgCursorDoc, MappingEntry, 
                                          SanitizerDoc, Summary, XidLine)
 from faulthunt.records.events import (ControllerEvent, OtherEvent, SessionStart, WorkerEvent,
                                       decode_controller_event, decode_worker_event)
-from faulthunt.records.run import TestSpan, assemble_spans
+
+if TYPE_CHECKING:
+    # imported by spans() (TestSpan is a dataclass: about 5 M instructions to make, which every
+    # pytest process of a run would pay, though only the analysis reads spans)
+    from faulthunt.records.run import TestSpan
 
 T = TypeVar("T")
 
@@ -241,6 +243,21 @@ def _write_error(path: Path, exc: OSError, fix: str) -> RunDirError:
     return RunDirError(f"cannot write {path}: {exc.strerror or exc}", fix=fix)
 
 
+def _mkstemp(directory: Path, prefix: str) -> tuple[int, str]:
+    """``tempfile.mkstemp(prefix=prefix, dir=directory)``'s file: a new name in ``directory``,
+    created exclusively (never through a symlink), mode 0600. tempfile itself, with shutil,
+    random, bz2 and lzma, is about 11 M instructions of a stress run's start-up."""
+    flags = (os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_CLOEXEC", 0))
+    for _ in range(100):
+        name = os.path.abspath(os.path.join(directory, prefix + os.urandom(6).hex()))
+        try:
+            return os.open(name, flags, 0o600), name
+        except FileExistsError:
+            continue  # 48 random bits taken: another name
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", str(directory))
+
+
 def write_text_atomic(path: Path | str, text: str, *, fsync: bool = True) -> None:
     """Replace ``path`` with ``text`` so that a reader never sees half a file.
 
@@ -253,7 +270,7 @@ def write_text_atomic(path: Path | str, text: str, *, fsync: bool = True) -> Non
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        fd, tmp = _mkstemp(path.parent, f".{path.name}.")
     except OSError as exc:
         raise _write_error(path, exc, "make its directory writable (a file in the way of a "
                                       "directory?)") from exc
@@ -743,7 +760,11 @@ class RunDir:
         """``events/*.jsonl``, sorted by name (one per worker process); of one worker id
         (``gw0``: each process that slot had) when ``worker`` is given."""
         directory = self.path / Layout.EVENTS_DIR
-        pattern = f"{glob.escape(worker)}-*.jsonl" if worker else "*.jsonl"
+        pattern = "*.jsonl"
+        if worker:
+            import glob  # for its escape: the one use
+
+            pattern = f"{glob.escape(worker)}-*.jsonl"
         if directory.exists() and not directory.is_dir():
             self._cached("events-not-dir", lambda: self._problem(
                 Layout.EVENTS_DIR, "a file where the events directory should be"))
@@ -803,6 +824,8 @@ class RunDir:
     def spans(self) -> tuple[TestSpan, ...]:
         """Every test run of the run, paired from the worker events (a repeated test's runs stay
         distinct: :attr:`TestSpan.key`), collateral failures labelled."""
+        from faulthunt.records.run import assemble_spans
+
         return self._cached("spans", lambda: tuple(assemble_spans(self.worker_events(),
                                                                   self.controller())))
 

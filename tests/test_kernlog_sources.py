@@ -265,7 +265,9 @@ def test_journalctl_source_with_a_stand_in_tool(tmp_path: Path) -> None:
 
 
 def test_missing_tool(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(S.shutil, "which", lambda name: None)
+    import shutil  # imported where the dmesg and journalctl sources run their tool
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(KernelLogUnreadable, match="not installed"):
         S.DmesgSource().cursor()
 

@@ -148,16 +148,16 @@ def _check_unknown_options(extra: Sequence[str], own: Sequence[str]) -> None:
     """An unknown option before ``--`` that reads like a typo of one of ours (``--cuont``) is a
     usage error now, before a run directory exists; others go to pytest (its plugins add
     options faulthunt cannot know)."""
-    import difflib
-
-    from faulthunt.errors import UsageError
-
     for token in extra:
         if token == "--":
             return
         name = token.split("=", 1)[0]
         if not name.startswith("--") or name in own:
             continue
+        import difflib  # an unknown long option only: not part of every run's start-up
+
+        from faulthunt.errors import UsageError
+
         close = difflib.get_close_matches(name, own, n=1, cutoff=0.8)
         if close:
             raise UsageError(f"unknown option {name} (did you mean {close[0]}?)",

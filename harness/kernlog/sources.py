@@ -32,20 +32,24 @@ import errno
 import math
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from faulthunt.errors import FaulthuntError
 from faulthunt.kernlog import SPECS as _SPECS
-from faulthunt.kernlog.catalog import classify
-from faulthunt.kernlog.parse import MARKER, parse_line, scan_text
 from faulthunt.kernlog.pci import normalize_pci
-from faulthunt.records.xid import XidEvent
+
+if TYPE_CHECKING:
+    from faulthunt.records.xid import XidEvent
+
+# The parser, the catalog and the Xid record are imported when a log holds an Xid line (or a
+# source needs them): a stress run of a healthy suite follows the log without them (about 11 M
+# instructions of its start-up). MARKER is faulthunt.kernlog.parse.MARKER (a test checks).
+MARKER = "NVRM: Xid"
 
 KMSG_PATH = "/dev/kmsg"
 #: one read() of /dev/kmsg returns one record; the buffer must hold the largest (8 KiB + dictionary)
@@ -160,6 +164,8 @@ class ReadResult:
 def _result(source: str, lines: list[str], cursor: Cursor, lost: int = 0, *, lost_unknown: bool = False,
             warnings: list[str] | None = None, events: list[XidEvent] | None = None) -> ReadResult:
     if events is None:
+        from faulthunt.kernlog.parse import scan_text
+
         scan = scan_text("\n".join(lines))
         evs, unparsed = scan.events, scan.unparsed
     else:
@@ -234,6 +240,18 @@ def parse_kmsg_record(data: bytes | str) -> KmsgRecord | None:
                       flags=m.group(4), message=first, dictionary=dictionary)
 
 
+def kmsg_line(data: bytes) -> str | None:
+    """``parse_kmsg_record(data).line`` (None where that is None) without making the record: a
+    snapshot takes the line of every record in the buffer."""
+    text = data.decode("utf-8", "replace")
+    m = _KMSG_HEAD.match(text)
+    if m is None:
+        return None
+    message = text[m.end():].partition("\n")[0]
+    # the record's facility * 8 + level is its priority itself
+    return f"{int(m[1])},{int(m[2])},{int(m[3])},{m[4]};{message}"
+
+
 def select_after(records: list[KmsgRecord], start: int) -> tuple[list[KmsgRecord], int, int]:
     """The records at or after sequence number ``start``; how many are missing; the next seq.
 
@@ -299,7 +317,13 @@ class KmsgSource:
 
     def _drain(self, fd: int) -> tuple[list[KmsgRecord], int]:
         """Read every record available on ``fd`` now; returns them and the number of EPIPEs seen."""
-        records: list[KmsgRecord] = []
+        raw, epipes = self._drain_raw(fd)
+        records = [rec for rec in map(parse_kmsg_record, raw) if rec is not None]
+        return records, epipes
+
+    def _drain_raw(self, fd: int) -> tuple[list[bytes], int]:
+        """The records available on ``fd`` now as read, unparsed; the number of EPIPEs seen."""
+        records: list[bytes] = []
         epipes = 0
         while True:
             try:
@@ -315,21 +339,21 @@ class KmsgSource:
                 continue
             if not data:
                 break
-            rec = parse_kmsg_record(data)
-            if rec is not None:
-                records.append(rec)
+            records.append(data)
         return records, epipes
 
-    def _read_all(self) -> list[KmsgRecord]:
+    def _read_all_raw(self) -> list[bytes]:
         fd = self._open()
         try:
-            return self._drain(fd)[0]
+            return self._drain_raw(fd)[0]
         finally:
             os.close(fd)
 
     def cursor(self) -> Cursor:
-        records = self._read_all()
-        nxt = records[-1].seq + 1 if records else 0
+        # only the last record that parses counts: the buffer's others are not parsed (a stress
+        # run takes a cursor and two snapshots of the whole buffer)
+        last = next(filter(None, map(parse_kmsg_record, reversed(self._read_all_raw()))), None)
+        nxt = last.seq + 1 if last is not None else 0
         return Cursor(source=self.name, seq=nxt, boot_id=_boot_id(), path=self.path, taken=time.time())
 
     def read_since(self, cursor: Cursor, *, final: bool = False) -> ReadResult:
@@ -363,6 +387,8 @@ class KmsgSource:
             if MARKER not in r.message:
                 continue
             # the record's own line: its header gives the event's seq, time and level
+            from faulthunt.kernlog.parse import parse_line
+
             ev = parse_line(r.line)
             if ev is None:
                 unparsed.append(r.line)
@@ -373,7 +399,7 @@ class KmsgSource:
         return dataclasses.replace(res, unparsed=tuple(unparsed))
 
     def snapshot(self) -> str:
-        return "".join(r.line + "\n" for r in self._read_all())
+        return "".join(line + "\n" for line in map(kmsg_line, self._read_all_raw()) if line is not None)
 
     def close(self) -> None:
         with self._lock:
@@ -394,6 +420,8 @@ _DMESG_TS = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
 
 def _run_tool(argv: list[str], what: str, timeout: float = 30.0) -> str:
+    import shutil  # with bz2, lzma and zlib: only for the dmesg and journalctl sources
+
     exe = shutil.which(argv[0])
     if exe is None:
         raise KernelLogUnreadable(f"`{argv[0]}` is not installed", fix=f"install it, or choose another --xid-source ({what})")
@@ -682,6 +710,9 @@ class NvmlSource:
             idx = self._device_index(data.device)
             unknown = " (NVML 999: unknown Xid)" if xid == 999 else ""
             raw = f"NVML: Xid {xid} on GPU {idx if idx is not None else '?'} ({pci or 'unknown PCI'}){unknown}"
+            from faulthunt.kernlog.catalog import classify
+            from faulthunt.records.xid import XidEvent
+
             ev = XidEvent(
                 xid=xid, pci=pci,
                 gpu_instance=None if gi in (None, _NVML_NO_INSTANCE) else int(gi),

@@ -1,0 +1,104 @@
+"""The `faulthunt stress` parent's start-up: what it does not import or compile until needed,
+and that the shortcuts taken for it give the same answers as the full work."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faulthunt import redact
+from faulthunt.rundir import _mkstemp
+
+#: modules a healthy stress run's parent never needs (each was part of its start-up)
+NOT_AT_START = ("tempfile", "socket", "difflib", "glob", "csv", "shutil",
+                "faulthunt.kernlog.parse", "faulthunt.kernlog.catalog")
+
+
+def _fresh(code: str) -> object:
+    """What ``code`` (which sets ``out``) leaves in a new interpreter, decoded from JSON."""
+    prog = f"import json\n{code}\nprint(json.dumps(out))"
+    done = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True,
+                          check=True, timeout=120)
+    return json.loads(done.stdout)
+
+
+def test_the_parent_imports_leave_out_what_a_run_without_xids_does_not_use() -> None:
+    loaded = _fresh(
+        "import sys\n"
+        "import faulthunt.cli.stress, faulthunt.stress.options, faulthunt.stress.collect\n"
+        "import faulthunt.stress.analyse, faulthunt.kernlog.sources, faulthunt.identity\n"
+        "import faulthunt.summary, faulthunt.rundir\n"
+        f"out = [m for m in {NOT_AT_START!r} if m in sys.modules]")
+    assert loaded == []
+
+
+def test_redact_compiles_its_patterns_only_for_text_that_may_hold_a_secret() -> None:
+    compiled = _fresh(
+        "from faulthunt import redact\n"
+        "lazy = [v for v in vars(redact).values() if isinstance(v, redact._Lazy)]\n"
+        "redact.redact_env({'PATH': '/usr/bin:/bin', 'HOME': '/root', 'LANG': 'C.UTF-8'})\n"
+        "redact.redact_argv(['-n', '8', 'tests/test_x.py::test_a[1-2]'])\n"
+        "redact.redact_text('test_x.py::test_a PASSED  [ 50%]')\n"
+        "out = [len(lazy), sum('rx' in vars(v) for v in lazy)]")
+    # is_secret_name's pattern is the only one an environment's names need
+    assert compiled == [9, 1]
+
+
+@pytest.mark.parametrize("value", [
+    "/usr/bin:/bin", "ghp_" + "a" * 36, "https://user:pw@host/x", "https://h/x?token=abc&b=1",
+    "Authorization: Bearer abcdefghijklmnopqrstu", "--api-key=abc", "--password hunter2",
+    "sk-" + "b" * 30, "AKIA" + "A" * 16, "eyJ" + "a" * 12 + "." + "b" * 12 + "." + "c" * 12,
+    "-----BEGIN RSA PRIVATE KEY-----abc", "plain words", "a=b", "rs=0:di=01;34",
+    "\u212aey=1 toKen=x",  # KELVIN SIGN: (?i) matches it as k, in the hint as in the patterns
+])
+def test_redact_value_shortcut_gives_the_full_answer(value: str) -> None:
+    assert redact.redact_value(value) == redact._redact_value_fully(value)
+    assert redact._takes_value(value) == ("=" not in value and bool(
+        redact._SECRET_OPTION.rx.fullmatch(value + " x")))
+
+
+def test_the_marker_is_the_parser_s() -> None:
+    from faulthunt.kernlog import parse, sources
+
+    assert sources.MARKER == parse.MARKER
+
+
+def test_mkstemp_makes_a_new_private_file_and_skips_taken_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    taken = tmp_path / (".x." + (b"\0" * 6).hex())
+    taken.write_text("keep")
+    draws = iter([b"\0" * 6, b"\1" * 6])
+    monkeypatch.setattr(os, "urandom", lambda n: next(draws))
+    fd, name = _mkstemp(tmp_path, ".x.")
+    os.close(fd)
+    assert name == str(tmp_path / (".x." + (b"\1" * 6).hex()))
+    assert stat.S_IMODE(os.stat(name).st_mode) == 0o600
+    assert taken.read_text() == "keep"
+
+
+KMSG_SAMPLES = [b"6,1,2,-;hello\n SUBSYSTEM=pci\n DEVICE=+pci:0000:00:06.0\n",
+                b"006,0012,00034,-,caller=T1;msg; with ;semicolons\n", b"garbage", b"12,5,7,c;",
+                b"4,9,9,-;caf\xc3\xa9 \xff\n", b"99999,1,1,-;m", b"3,1,1,;m\n", b""]
+
+
+@pytest.mark.parametrize("data", KMSG_SAMPLES)
+def test_a_snapshot_line_is_the_record_s_line(data: bytes) -> None:
+    from faulthunt.kernlog.sources import kmsg_line, parse_kmsg_record
+
+    rec = parse_kmsg_record(data)
+    assert kmsg_line(data) == (rec.line if rec is not None else None)
+
+
+def test_the_cursor_follows_the_last_record_that_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from faulthunt.kernlog.sources import KmsgSource
+
+    src = KmsgSource("/nonexistent/kmsg")
+    for raw, seq in ((KMSG_SAMPLES, 2), ([b"6,41,1,-;a", b"junk"], 42), ([b"junk"], 0), ([], 0)):
+        monkeypatch.setattr(src, "_read_all_raw", lambda raw=raw: list(raw))
+        assert src.cursor().seq == seq
