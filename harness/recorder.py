@@ -75,9 +75,9 @@ def base_nodeid(item: pytest.Item, count_of: Callable[[pytest.Item], int] = repe
     plugin items) carries its base id in its stash. ``count_of``: :func:`repeat_count`, or a
     remembering one (:func:`_repeat_counts`) for a whole collection.
     """
-    base = item.stash.get(BASE_KEY, None)
-    if base is not None:
-        return base
+    stash = item.stash
+    if BASE_KEY in stash:  # not stash.get: a miss there raises and catches KeyError, every test
+        return stash[BASE_KEY]
     callspec = getattr(item, "callspec", None)
     if callspec is None or REPEAT_PARAM not in callspec.params:
         return item.nodeid
@@ -95,8 +95,11 @@ def _repeat_counts() -> Callable[[pytest.Item], int]:
     by_parent: dict[int, int] = {}
 
     def count_of(item: pytest.Item) -> int:
-        if item.parent is None or any(m.name == "repeat" for m in item.own_markers):
+        if item.parent is None:
             return repeat_count(item)
+        for marker in item.own_markers:  # a loop, not any(genexpr): asked once a test
+            if marker.name == "repeat":
+                return repeat_count(item)
         key = id(item.parent)  # parents live as long as the session's items
         got = by_parent.get(key)
         if got is None:
@@ -108,14 +111,34 @@ def _repeat_counts() -> Callable[[pytest.Item], int]:
 
 def _without_step(ids: str, step: int, count: int | None) -> str:
     """``ids`` (``-``-joined) without pytest-repeat's ``<step+1>-<count>`` (the last one)."""
-    n = str(count) if count is not None else r"\d+"
-    found = list(re.finditer(rf"(?<![^-]){step + 1}-{n}(?![^-])", ids))
-    if not found:
+    found, end = _last_step(ids, step, count)
+    if found < 0:
         return ids
-    left, right = ids[:found[-1].start()], ids[found[-1].end():]
+    left, right = ids[:found], ids[end:]
     if left and right:
         return left[:-1] + right
     return left[:-1] if left else right[1:]
+
+
+def _last_step(ids: str, step: int, count: int | None) -> tuple[int, int]:
+    """Where the last ``<step+1>-<count>`` of ``ids`` is that stands between ``-`` or the ends:
+    what ``re.finditer(r"(?<![^-])3-50(?![^-])", ids)`` finds last, found with ``str.find``
+    (every test of a worker asks, and a pattern per step and count costs a lookup in re's cache
+    and a match object each time). ``(-1, -1)`` when there is none; ``count`` None: any count."""
+    if count is None:
+        matches = list(re.finditer(rf"(?<![^-]){step + 1}-\d+(?![^-])", ids))
+        return (matches[-1].start(), matches[-1].end()) if matches else (-1, -1)
+    token = f"{step + 1}-{count}"
+    size, last = len(ids), (-1, -1)
+    pos = ids.find(token)
+    while pos >= 0:
+        end = pos + len(token)
+        if (pos == 0 or ids[pos - 1] == "-") and (end == size or ids[end] == "-"):
+            last = (pos, end)
+            pos = ids.find(token, end)  # as re.finditer: the next match starts after this one
+        else:
+            pos = ids.find(token, pos + 1)
+    return last
 
 
 def base_from_nodeid(nodeid: str, count: int | None) -> str:
