@@ -4,14 +4,15 @@ Loaded as ``pytest -p faulthunt`` (the package ``faulthunt`` forwards its ``pyte
 here, see docs/plugin.md) and by ``faulthunt stress``. It does nothing at all unless a run
 directory is given: environment ``FAULTHUNT_RUN_DIR`` or ``--faulthunt-run-dir DIR``.
 
-Two roles, registered at configure time only when active:
+Two roles, registered at configure time only when active (both in :mod:`faulthunt.recorder`,
+imported then):
 
-- :class:`WorkerRecorder` in every process that runs tests (each xdist worker, or the single
+- :class:`~faulthunt.recorder.WorkerRecorder` in every process that runs tests (each xdist worker, or the single
   pytest process without xdist): writes ``events/<worker>-<pid>.jsonl`` (one flushed line per
   record, so a native abort or SIGKILL loses nothing written), points faulthandler at
   ``faulthandler/<worker>-<pid>.txt``, takes over pytest-timeout's ``thread`` timer to dump stacks
   before ending a hung worker, and recycles the worker after a sticky CUDA error.
-- :class:`ControllerRecorder` in the process that drives the run (the xdist controller, or the
+- :class:`~faulthunt.recorder.ControllerRecorder` in the process that drives the run (the xdist controller, or the
   single process): writes ``controller.jsonl`` and turns xdist's own crash hooks
   (``pytest_testnodedown``, ``pytest_handlecrashitem``) into crash, hang and recycle records.
 
