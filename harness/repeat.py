@@ -9,7 +9,7 @@ collection time, in the same shape as pytest-repeat: ``--count 3`` turns
 ``test_y.yaml::case[x]`` into ``case[x-1-3]``), each copy a distinct item with its own node id, so
 xdist schedules the copies like any other items (every worker makes the same copies, so the
 collections agree) and the rest of faulthunt treats them alike. Each copy keeps its base node id
-(the original id) in its stash; ``faulthunt.plugin.base_nodeid`` reads it.
+(the original id) in its stash; ``faulthunt.recorder.base_nodeid`` reads it.
 
 A copy is the original item shallow-copied with its per-run state made fresh: node id, markers,
 keywords, stash, report sections, fixture request, a cached TestCase instance (unittest creates
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import doctest
+import sys
 from collections import Counter
 from typing import Any
 
@@ -122,7 +122,10 @@ def copy_item(item: pytest.Item, nodeid: str, step: str) -> pytest.Item:
     instance = state.pop("_instance", None)
     if instance is not None and getattr(state.get("_obj"), "__self__", None) is instance:
         del state["_obj"]  # a method bound to the shared instance: looked up again per copy
-    if isinstance(getattr(new, "dtest", None), doctest.DocTest):
+    # doctest as pytest imported it: a process that imported no doctest has no doctest item, and
+    # importing it here would cost every worker pdb, unittest and difflib
+    doctest = sys.modules.get("doctest")
+    if doctest is not None and isinstance(getattr(new, "dtest", None), doctest.DocTest):
         # the doctest runner clears a test's globals after running it
         dtest = copy.copy(new.dtest)  # type: ignore[attr-defined]
         dtest.globs = dict(dtest.globs)

@@ -205,7 +205,7 @@ def test_test_lost_before_it_started(pytester: pytest.Pytester, run: Path) -> No
 
 
 def test_lost_base_id_from_the_node_id_alone() -> None:
-    from faulthunt.plugin import base_from_nodeid
+    from faulthunt.recorder import base_from_nodeid
 
     assert base_from_nodeid("t.py::test_p[a b-2-3]", 3) == "t.py::test_p[a b]"
     assert base_from_nodeid("t.py::T::test_a[2-3]", 3) == "t.py::T::test_a"

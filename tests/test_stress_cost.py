@@ -2,6 +2,8 @@
 
 - the hang watchdog wakes its thread only for a deadline earlier than the one it sleeps to;
 - a worker without guard mode never imports the guard package;
+- a pytest process without a faulthunt run imports nothing of faulthunt but the plugin, and a
+  worker imports the redaction and sticky-error patterns only for a failure;
 - ``faulthunt stress -q`` imports neither rich nor the renderer, and no report model unless a CI
   output is asked for;
 - worker records are the same bytes as before (one msgspec pass, the newline included);
@@ -90,6 +92,51 @@ def test_a_worker_without_guard_mode_never_imports_the_guard_package(tmp_path: P
 def test_a_worker_with_guard_mode_still_installs_it(tmp_path: Path) -> None:
     modules = _run_worker(tmp_path, {"FAULTHUNT_GUARD": "1", "FAULTHUNT_GUARD_DRIVER": "fake"})
     assert "faulthunt.guard.install" in modules
+
+
+def test_plugin_names_the_run_directory_variable_and_the_id_option_of_their_modules() -> None:
+    from faulthunt import nodeids, plugin, rundir
+
+    assert plugin.RUN_DIR_ENV == rundir.RUN_DIR_ENV
+    assert plugin.SELECT_OPTION == nodeids.SELECT_OPTION
+
+
+#: what the plugin's processes import, written by a test (msgspec stands for the records)
+IMPORTED = textwrap.dedent('''
+    import json, sys
+
+    def test_what_this_process_imported():
+        with open("modules.json", "w") as fh:
+            json.dump(sorted(m for m in sys.modules
+                             if m.startswith(("faulthunt", "msgspec", "doctest"))), fh)
+''')
+
+
+def _imported(tmp_path: Path, env_extra: dict[str, str], *args: str) -> set[str]:
+    (tmp_path / "test_imported.py").write_text(IMPORTED)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTHUNT_")}
+    env.update(env_extra)
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "-p", "no:randomly", "-p", "faulthunt", *args, "test_imported.py"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+    return set(json.loads((tmp_path / "modules.json").read_text()))
+
+
+def test_a_pytest_process_without_a_run_imports_nothing_but_the_plugin(tmp_path: Path) -> None:
+    # every pytest session where faulthunt is installed loads the plugin (docs/plugin.md)
+    assert _imported(tmp_path, {}) == {"faulthunt", "faulthunt.plugin"}
+
+
+def test_a_worker_imports_redaction_and_sticky_patterns_only_for_a_failure(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    modules = _imported(tmp_path, {"FAULTHUNT_RUN_DIR": str(run), "FAULTHUNT_LEDGER": "off"},
+                        "-p", "xdist", "-n", "1")
+    assert {"faulthunt.recorder", "faulthunt.rundir", "msgspec"} <= modules  # it records
+    assert not {"faulthunt.redact", "faulthunt.cudaerrors", "faulthunt.identity",
+                "doctest"} & modules
+    from faulthunt.rundir import RunDir
+
+    assert [s.outcome for s in RunDir(run).spans()] == ["passed"]
 
 
 QUIET = textwrap.dedent('''

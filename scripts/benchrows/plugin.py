@@ -37,7 +37,7 @@ from benchrows import Row, Samples, _cachegrind
 HOOKS = textwrap.dedent('''
     import json, os, pathlib, sys, tempfile, time, types
     import pytest
-    from faulthunt import plugin
+    from faulthunt import recorder as plugin
 
     N, ROUNDS = int(sys.argv[1]), int(sys.argv[2])
     run = pathlib.Path(tempfile.mkdtemp(prefix="faulthunt-bench-hooks-"))
