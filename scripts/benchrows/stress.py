@@ -64,7 +64,7 @@ def _cpu_of(run: Callable[[], None], into: list[float]) -> Callable[[], None]:
 
 
 def stress_overhead(quick: bool) -> Row:
-    workers, count, repeat = (2, 5, 2) if quick else (8, 50, 9)
+    workers, count, repeat = (2, 5, 2) if quick else (8, 50, 15)
     tmp = Path(tempfile.mkdtemp(prefix="faulthunt-bench-stress-"))
     env = _env()
     try:
