@@ -34,6 +34,9 @@ from faulthunt.rundir import JsonlWriter, Layout, RunDir
 
 #: exit status of a worker that ends itself to shed a poisoned CUDA context (EX_TEMPFAIL)
 EXIT_RECYCLE = 75
+#: seconds the main thread waits for the hang watchdog to end the worker (its dumps: py-spy's
+#: limit is 30 s) before it goes on as if no hang had been recorded
+HANG_EXIT_WAIT_S = 120.0
 #: exit status of a worker ended by the hang watchdog (as timeout(1))
 EXIT_HUNG = 124
 HANGS_DIR = Layout.HANGS_DIR
@@ -247,6 +250,8 @@ class WorkerRecorder:
         self._base: dict[str, str] = {}
         self._count_of: Callable[[pytest.Item], int] = repeat_count
         self._hangs = 0
+        #: set by the hang watchdog's thread: the test's end is written already ("hung")
+        self._hanging = False
         context.worker_id = self.worker
         self.events.write(WorkerHello(worker=self.worker, pid=self.pid, ppid=os.getppid(),
                                       cuda_visible_devices=self.device, recycle=self.recycle,
@@ -353,6 +358,8 @@ class WorkerRecorder:
         return result
 
     def _finish(self, nodeid: str, base: str, duration: float) -> None:
+        if self._hanging:  # the test ended while the watchdog dumps its stacks: it ends us
+            self._await_hang_exit()  # (its reports are held at pytest_runtest_logreport)
         run = _combine(self._reports)
         outcome, longrepr, sticky = run.outcome, None, None
         if run.text is not None:
@@ -392,6 +399,8 @@ class WorkerRecorder:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # tryfirst: before xdist's own implementation serializes the report for the controller
+        if self._hanging:  # a report of a test already recorded hung must not reach it
+            self._await_hang_exit()
         if report.sections or report.outcome != "passed":
             text, message = _bound_report(report)
         else:  # nothing to bound, no failure text: most reports (the call skips _bound_report)
@@ -425,9 +434,19 @@ class WorkerRecorder:
         watchdog.start()
         return True
 
+    def _await_hang_exit(self) -> None:
+        """Hold the main thread while the watchdog dumps and ends the worker: a test that ends
+        by itself meanwhile would be reported passed to the controller beside its hang, get a
+        second end record and start the next test. Bounded
+        (py-spy's own limit is 30 s) so a wedged dump cannot hold the worker forever."""
+        deadline = time.monotonic() + HANG_EXIT_WAIT_S
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def _on_hang(self, item: pytest.Item, settings: Any) -> None:
         from faulthunt import supervise
 
+        self._hanging = True
         self._hangs += 1
         stem = f"{self.worker}-{self.pid}-{self._hangs}"
         hang_dir = self.run_dir / HANGS_DIR

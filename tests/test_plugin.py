@@ -107,6 +107,36 @@ def test_base_nodeid_with_repeat_markers_per_class_and_function(pytester, run):
 
 
 @pytest.mark.slow
+def test_a_test_that_ends_while_its_hang_is_dumped_gets_one_end_record(pytester, run):
+    # the stack dumps take longer than the test's own remaining time: it ends during them
+    pytester.makeconftest("""
+        import time
+        from faulthunt import supervise
+        def slow_dump(pid, path, timeout=30.0):
+            time.sleep(4)
+            return supervise.DumpResult(None, "slowed down by the test")
+        supervise.pyspy_dump = slow_dump
+    """)
+    pytester.makepyfile(test_h="""
+        import time
+        def test_a_slow():
+            time.sleep(2)
+        def test_b_next():
+            pass
+    """)
+    result = pytester.runpytest_subprocess(
+        "-p", "faulthunt", "-p", "xdist", "-n", "1", "--timeout", "1",
+        "--timeout-method", "thread", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*test_h.py::test_a_slow hung in worker*"])
+    result.assert_outcomes(failed=1, passed=1)  # the hung test is not also counted passed
+    recs = _records(run)
+    slow_ends = [r for r in recs if r["event"] == "end" and r["nodeid"] == "test_h.py::test_a_slow"]
+    assert [r["outcome"] for r in slow_ends] == ["hung"]
+    nxt = next(r for r in recs if r["event"] == "start" and r["nodeid"] == "test_h.py::test_b_next")
+    assert nxt["pid"] != slow_ends[0]["pid"]  # not started by the worker that was ending
+
+
+@pytest.mark.slow
 def test_recycle_abort_and_hang_under_xdist(pytester, run):
     # -n 1 so the order is fixed: sticky -> (recycle) -> after -> abort -> (restart) -> hang -> ok
     pytester.makepyfile(test_x=f"""
