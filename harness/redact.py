@@ -68,11 +68,12 @@ _SECRET_VALUE = _Lazy(
     r"|(?<!\\)npm_[A-Za-z0-9]{36}"           # npm (in JSON text, \npm_ is "\n" + "pm_")
     r"|pypi-AgE[A-Za-z0-9_\-]{20,}"          # PyPI upload token
     r"|dckr_pat_[A-Za-z0-9_\-]{20,}"         # Docker Hub
-    # a token cut short by whoever printed it ("ghp_abcdefg..." in pytest's short summary): the
-    # part shown is still part of the secret. Prefixes only where no word character precedes them
-    # ("disk-1..." is not an "sk-" key); the run of characters is bounded, so no backtracking.
+    # a token cut short by whoever printed it ("ghp_abcdefg..." in pytest's short summary, or
+    # cut in the middle, "ghp_a1B2c3D4...2m3N4o5P6q7R8", as pytest's assertion repr shows a long
+    # string): the parts shown are still part of the secret. Prefixes only where no word character
+    # precedes them ("disk-1..." is not an "sk-" key); the runs are bounded: no backtracking.
     r"|(?<![A-Za-z0-9_])(?:gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt|soat)-|xox[abeprs]-|hf_|sk-|ya29\.|pypi-AgE"
-    r"|dckr_pat_|(?:r|s)k_(?:live|test)_)[A-Za-z0-9_\-]{1,60}(?:\.\.\.|…)"
+    r"|dckr_pat_|(?:r|s)k_(?:live|test)_)[A-Za-z0-9_\-]{1,60}(?:\.\.\.|…)[A-Za-z0-9_\-]{0,60}"
     # a PEM private key: the header, the base64 body (it stops at the first '-'), the footer
     r"|-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[A-Za-z0-9+/=\s]*(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?)"
 )
