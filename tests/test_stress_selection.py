@@ -4,14 +4,13 @@ in one run, an id that matches no test, and a conftest.py that raises at import.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from stresscli import run_stress as _stress
 
 pytestmark = pytest.mark.slow
 
@@ -29,14 +28,6 @@ class TestUnit(unittest.TestCase):
     def test_ok(self):
         pass
 """
-
-
-def _stress(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("FAULTHUNT_RUN_DIR", None)
-    return subprocess.run([sys.executable, "-m", "faulthunt", "stress", "--xid-source", "none",
-                           "--run-dir", "run", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=180)
 
 
 def _summary(cwd: Path) -> dict[str, Any]:

@@ -5,7 +5,6 @@ and when nothing matched the selection."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,15 +13,9 @@ from typing import Any
 
 import pytest
 
+from stresscli import run_stress as _stress
+
 pytestmark = pytest.mark.slow
-
-
-def _stress(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("FAULTHUNT_RUN_DIR", None)
-    return subprocess.run([sys.executable, "-m", "faulthunt", "stress", "--xid-source", "none",
-                           "--run-dir", "run", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=180)
 
 
 def _write(path: Path, text: str) -> None:
