@@ -215,7 +215,12 @@ class KmsgRecord:
     @property
     def line(self) -> str:
         """The record's header line, exactly as /dev/kmsg wrote it."""
-        return f"{self.facility * 8 + self.level},{self.seq},{self.ts_usec},{self.flags};{self.message}"
+        return _header_line(self.facility * 8 + self.level, self.seq, self.ts_usec, self.flags, self.message)
+
+
+def _header_line(priority: int, seq: int, ts_usec: int, flags: str, message: str) -> str:
+    """A /dev/kmsg record's header line: ``priority,seq,usec,flags;message``."""
+    return f"{priority},{seq},{ts_usec},{flags};{message}"
 
 
 _KMSG_HEAD = re.compile(r"(\d{1,5}),(\d{1,20}),(\d{1,20}),([^;,]*)[^;]*;")
@@ -249,7 +254,7 @@ def kmsg_line(data: bytes) -> str | None:
         return None
     message = text[m.end():].partition("\n")[0]
     # the record's facility * 8 + level is its priority itself
-    return f"{int(m[1])},{int(m[2])},{int(m[3])},{m[4]};{message}"
+    return _header_line(int(m[1]), int(m[2]), int(m[3]), m[4], message)
 
 
 def select_after(records: list[KmsgRecord], start: int) -> tuple[list[KmsgRecord], int, int]:
