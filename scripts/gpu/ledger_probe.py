@@ -68,6 +68,11 @@ CASES = [
 ]
 
 
+#: the verdict of a case whose process wrote no ledger: cuda.core has no refinement of its own, so
+#: without CUPTI (cupti-python absent) nothing records its allocations (docs/ledger.md)
+NO_LEDGER = "no ledger"
+
+
 def say(**kw: object) -> None:
     kw.setdefault("t", time.time())  # the planted time: what a mapping without an Xid is made at
     print(json.dumps(kw), flush=True)
@@ -346,10 +351,14 @@ def first_json(text: str) -> dict | None:
 
 
 def do_map(ledger_dir: Path, address: int, pid: int | None, at: float | None, page: bool) -> dict:
+    from faulthunt.errors import InputError
     from faulthunt.ledger.reader import load_ledger
     from faulthunt.mapper import map_address
 
-    ledger = load_ledger(ledger_dir)
+    try:
+        ledger = load_ledger(ledger_dir)
+    except InputError as exc:  # the process recorded nothing (cuda.core without CUPTI)
+        return {"verdict": NO_LEDGER, "reason": str(exc)}
     try:
         return map_address(ledger, address, pid=pid, at=at, page=page).to_json()
     except Exception as exc:  # noqa: BLE001 - a mapping failure is this case's result, not the script's end
@@ -465,7 +474,11 @@ def run_all(out: Path) -> int:
     results = []
     have_san = shutil.which("compute-sanitizer") is not None
     t_start = time.monotonic()
+    from faulthunt.ledger.cupti_source import problem
+    no_cupti = problem() is not None
     for fw, fault, expect, evidence in CASES:
+        if no_cupti and fw == "cuda_core":
+            expect = NO_LEDGER
         if time.monotonic() - t_start > 140:
             results.append({"case": f"{fw}/{fault}", "ok": False, "reason": "skipped: time budget"})
             continue

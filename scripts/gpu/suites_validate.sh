@@ -31,7 +31,7 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . > "$WOR
 { date -u; nvidia-smi -L; cat /proc/driver/nvidia/version
   python3 -c 'import cupy, numba_cuda, numpy, pytest, xdist, msgspec; print("cupy", cupy.__version__, "numba-cuda", numba_cuda.__version__, "numpy", numpy.__version__, "pytest", pytest.__version__, "xdist", xdist.__version__, "msgspec", msgspec.__version__)'
   python3 -c 'import pytest_repeat, filecheck' && echo "pytest-repeat, filecheck: ok"
-  python3 -m pip list 2>/dev/null | grep -i -E '^pytest' ; tail -3 "$WORK/wheels.log" "$WORK/install.log"
+  python3 -m pip list 2>/dev/null | grep -i -E '^pytest' ; tail -n 3 "$WORK/wheels.log" "$WORK/install.log"
 } > "$S/identity.txt" 2>&1
 
 # --- (a) an Xid from a test's child process -------------------------------------------------------
