@@ -407,7 +407,7 @@ def test_kmsg_records_are_parsed_from_their_own_line(monkeypatch: pytest.MonkeyP
                             b"Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"),
     ]
     src = S.KmsgSource(path=os.devnull)
-    monkeypatch.setattr(src, "_drain", lambda fd: (list(records), 0))
+    monkeypatch.setattr(src, "_drain", lambda fd, start=0: (list(records), 0))
     res = src.read_since(Cursor(source="kmsg", seq=100))
     src.close()
     assert [(e.xid, e.seq, e.ts, e.level, e.pid) for e in res.events] == [(43, 100, 33.03447, 4, 5),

@@ -137,3 +137,65 @@ def test_the_cursor_follows_the_last_record_that_parses(monkeypatch: pytest.Monk
     for raw, seq in ((KMSG_SAMPLES, 2), ([b"6,41,1,-;a", b"junk"], 42), ([b"junk"], 0), ([], 0)):
         monkeypatch.setattr(src, "_read_all_raw", lambda raw=raw: list(raw))
         assert src.cursor().seq == seq
+
+
+#: kmsg-like records: headers with plain and odd numbers (leading zeros, too long, not ASCII),
+#: flags with a ",caller=" tail or a newline, messages with dictionaries and bad UTF-8
+_KMSG_HEAD_PARTS = st.sampled_from(["0", "6", "12", "006", "99999", "123456", "\u0661", "", "x", "-"])
+_KMSG_NUMBERS = st.sampled_from(["0", "1", "41", "42", "0042", "9" * 20, "9" * 21, "\u0664", "", "a"])
+_KMSG_FLAGS = st.sampled_from(["-", "c", "", "-,caller=T1", "+\n", "-;x", ",", "\u00e9"])
+_KMSG_TAILS = st.sampled_from(["msg", "", "m\n SUBSYSTEM=pci\n DEVICE=+pci:0000:00:06.0",
+                               "NVRM: Xid (PCI:0000:3b:00): 31, pid=7", "a;b,c", "\n", "x\n\ny"])
+
+
+@st.composite
+def _kmsg_records(draw: st.DrawFn) -> bytes:
+    fields = [draw(_KMSG_HEAD_PARTS), draw(_KMSG_NUMBERS), draw(_KMSG_NUMBERS), draw(_KMSG_FLAGS)]
+    text = ",".join(fields[:draw(st.integers(1, 4))]) + draw(st.sampled_from([";", "", ";;"]))
+    data = (text + draw(_KMSG_TAILS)).encode()
+    return data + draw(st.sampled_from([b"", b"\xff", b"\xe2\x82", b"\xe2\x82\n z"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_kmsg_records())
+def test_a_snapshot_line_is_the_record_s_line_for_any_header(data: bytes) -> None:
+    from faulthunt.kernlog.sources import kmsg_line, parse_kmsg_record
+
+    rec = parse_kmsg_record(data)
+    assert kmsg_line(data) == (rec.line if rec is not None else None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_kmsg_records(), st.integers(0, 50))
+def test_a_record_skipped_by_its_header_is_one_select_after_drops(data: bytes, start: int) -> None:
+    """read_since skips, unparsed, what its header shows to be before the cursor: only records
+    that would not parse or that select_after would drop."""
+    from faulthunt.kernlog.sources import _seq_below, parse_kmsg_record
+
+    if _seq_below(data, start):
+        rec = parse_kmsg_record(data)
+        assert rec is None or rec.seq < start
+
+
+def test_read_since_from_a_fresh_descriptor_parses_only_what_follows_the_cursor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from faulthunt.kernlog import sources
+    from faulthunt.kernlog.sources import Cursor, KmsgSource
+
+    raw = [f"6,{seq},{seq * 10},-;m{seq}\n".encode() for seq in range(5, 40)] + [b"junk"]
+    parsed: list[bytes] = []
+
+    def parse(data: bytes | str) -> object:
+        parsed.append(data if isinstance(data, bytes) else data.encode())
+        return real(data)
+
+    real = sources.parse_kmsg_record
+    src = KmsgSource("/nonexistent/kmsg")
+    monkeypatch.setattr(src, "_open", lambda: -1)
+    monkeypatch.setattr(src, "_drain_raw", lambda fd: (list(raw), 0))
+    monkeypatch.setattr(sources, "parse_kmsg_record", parse)
+    monkeypatch.setattr(sources.os, "close", lambda fd: None)
+    res = src.read_since(Cursor(source="kmsg", seq=37))
+    assert [line.split(";")[1] for line in res.lines] == ["m37", "m38", "m39"]
+    assert (res.lost, res.cursor.seq) == (0, 40)
+    assert parsed == raw[-4:]  # 37, 38, 39 and the record that is not one

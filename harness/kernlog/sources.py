@@ -248,6 +248,14 @@ def parse_kmsg_record(data: bytes | str) -> KmsgRecord | None:
 def kmsg_line(data: bytes) -> str | None:
     """``parse_kmsg_record(data).line`` (None where that is None) without making the record: a
     snapshot takes the line of every record in the buffer."""
+    head, sep, _ = data.partition(b";")
+    if sep and b"\n" not in head:
+        parts = head.split(b",")
+        if len(parts) == 4 and _plain_number(parts[0], 5) and _plain_number(parts[1], 20) \
+                and _plain_number(parts[2], 20):
+            # the header as the record's line writes it (numbers without leading zeros, flags
+            # without a ",..." tail): the line is the record's first line as the kernel wrote it
+            return data.partition(b"\n")[0].decode("utf-8", "replace")
     text = data.decode("utf-8", "replace")
     m = _KMSG_HEAD.match(text)
     if m is None:
@@ -255,6 +263,21 @@ def kmsg_line(data: bytes) -> str | None:
     message = text[m.end():].partition("\n")[0]
     # the record's facility * 8 + level is its priority itself
     return _header_line(int(m[1]), int(m[2]), int(m[3]), m[4], message)
+
+
+def _plain_number(digits: bytes, most: int) -> bool:
+    """1 to ``most`` ASCII digits that ``int()`` and ``str()`` give back unchanged."""
+    return (0 < len(digits) <= most and digits.isdigit()
+            and (digits[0] != 0x30 or len(digits) == 1))  # 0x30: "0"
+
+
+def _seq_below(data: bytes, start: int) -> bool:
+    """True when ``data``'s header plainly gives a sequence number below ``start`` (1-5 and
+    1-20 ASCII digits before the first two commas, as :data:`_KMSG_HEAD` reads them: its record,
+    if it parses, has that seq); False when it does not, or cannot be read that cheaply."""
+    parts = data.split(b",", 2)
+    return (len(parts) == 3 and 0 < len(parts[0]) <= 5 and 0 < len(parts[1]) <= 20
+            and parts[0].isdigit() and parts[1].isdigit() and int(parts[1]) < start)
 
 
 def select_after(records: list[KmsgRecord], start: int) -> tuple[list[KmsgRecord], int, int]:
@@ -320,10 +343,15 @@ class KmsgSource:
         except OSError as exc:
             raise _kmsg_error(exc, self.path) from None
 
-    def _drain(self, fd: int) -> tuple[list[KmsgRecord], int]:
-        """Read every record available on ``fd`` now; returns them and the number of EPIPEs seen."""
+    def _drain(self, fd: int, start: int = 0) -> tuple[list[KmsgRecord], int]:
+        """Read every record available on ``fd`` now; returns those that parse, less those whose
+        header shows a sequence number below ``start`` (which :func:`select_after` would drop
+        anyway: a fresh descriptor starts at the oldest record, and a run's follower would
+        otherwise parse the whole buffer once), and the number of EPIPEs seen."""
         raw, epipes = self._drain_raw(fd)
-        records = [rec for rec in map(parse_kmsg_record, raw) if rec is not None]
+        records = [rec for rec in map(parse_kmsg_record, raw if start <= 0 else
+                                      (r for r in raw if not _seq_below(r, start)))
+                   if rec is not None]
         return records, epipes
 
     def _drain_raw(self, fd: int) -> tuple[list[bytes], int]:
@@ -377,7 +405,7 @@ class KmsgSource:
                     os.close(self._fd)
                     self._fd = None
                 fd = self._open()
-                records, _ = self._drain(fd)
+                records, _ = self._drain(fd, start)
                 self._fd = fd
             kept, lost, expected = select_after(records, start)
             self._fd_next = expected
