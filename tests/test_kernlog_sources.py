@@ -414,3 +414,68 @@ def test_kmsg_records_are_parsed_from_their_own_line(monkeypatch: pytest.MonkeyP
                                                                            (31, 103, 33.034473, 4, 6)]
     assert res.events[0].raw == records[0].line and res.events[1].gpu_instance == 5
     assert res.unparsed == (records[2].line,) and res.cursor.seq == 104
+
+
+class _PipeSource:
+    """A source whose records are the bytes written to a pipe; it offers the pipe to wait on."""
+
+    name = "pipe"
+
+    def __init__(self, consume: bool = True) -> None:
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        self.consume = consume
+        self.reads = 0
+
+    def wait_fd(self) -> int:
+        return self.r
+
+    def cursor(self) -> Cursor:
+        return Cursor(source="pipe", seq=0)
+
+    def read_since(self, cursor: Cursor, *, final: bool = False):
+        from faulthunt.kernlog.sources import ReadResult
+
+        self.reads += 1
+        try:
+            data = os.read(self.r, 4096).decode() if self.consume else ""
+        except BlockingIOError:
+            data = ""
+        seq = (cursor.seq or 0) + len(data)
+        return ReadResult(tuple(data), (), 0, Cursor(source="pipe", seq=seq), "pipe")
+
+    def snapshot(self) -> str:
+        return ""
+
+    def close(self) -> None:
+        os.close(self.r)
+        os.close(self.w)
+
+
+def test_follower_sleeps_on_the_source_s_descriptor_until_a_record_comes() -> None:
+    src = _PipeSource()
+    f = Follower(src, src.cursor(), lambda ev: None, interval=0.001)
+    f.start()
+    try:
+        time.sleep(0.2)  # a timer of 1 ms would have read ~200 times by now
+        assert src.reads == 0
+        os.write(src.w, b"ab")
+        deadline = time.monotonic() + 30
+        while src.reads == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert src.reads == 1  # woken by the record, before stop()
+    finally:
+        res = f.stop()
+        src.close()
+    assert res.lines == ("a", "b") and res.cursor.seq == 2
+
+
+def test_follower_on_a_descriptor_that_is_always_readable_falls_back_to_the_timer() -> None:
+    src = _PipeSource(consume=False)
+    os.write(src.w, b"x")  # readable for good: nothing reads it
+    f = Follower(src, src.cursor(), lambda ev: None, interval=0.05)
+    f.start()
+    time.sleep(0.5)
+    f.stop()
+    src.close()
+    assert 1 <= src.reads < 100  # a spin would read thousands of times

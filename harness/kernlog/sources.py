@@ -32,6 +32,7 @@ import errno
 import math
 import os
 import re
+import select
 import subprocess
 import threading
 import time
@@ -433,6 +434,12 @@ class KmsgSource:
 
     def snapshot(self) -> str:
         return "".join(line + "\n" for line in map(kmsg_line, self._read_all_raw()) if line is not None)
+
+    def wait_fd(self) -> int | None:
+        """The descriptor read_since goes on reading from (None before the first read): poll()
+        says it is readable when a record follows what was read (:class:`Follower` blocks on it
+        instead of waking on a timer)."""
+        return self._fd
 
     def close(self) -> None:
         with self._lock:
@@ -896,10 +903,14 @@ class Follower:
         # re-entrant: on_event runs under the lock and may read .events
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
+        #: a pipe stop() writes to, to end a wait on a source's descriptor (see _loop)
+        self._wake: tuple[int, int] | None = None
 
     def start(self) -> None:
         if self._thread is not None:
             return
+        if getattr(self.source, "wait_fd", None) is not None:
+            self._wake = os.pipe()
         self._thread = threading.Thread(target=self._loop, name=f"faulthunt-follow-{self.source.name}", daemon=True)
         self._thread.start()
 
@@ -928,8 +939,40 @@ class Follower:
                     self._warnings.append(f"on_event failed for Xid {ev.xid}: {type(exc).__name__}: {exc}")
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        """Poll every ``interval``; with a source that offers a descriptor to wait on (kmsg),
+        sleep in poll() until it has a record or stop() is called: a quiet log costs nothing. A
+        descriptor that says readable while the read finds nothing new (a device that does not
+        implement poll) costs one ``interval`` of sleep, as the timer would."""
+        wait_fd = getattr(self.source, "wait_fd", None)
+        while True:
+            fd = wait_fd() if wait_fd is not None and self._wake is not None else None
+            if fd is None or self._readable(fd):
+                if self._stop.wait(self.interval):
+                    return
+            elif self._stop.is_set():
+                return
+            before = self._progress()
             self._poll()
+            if fd is not None and self._progress() == before and self._stop.wait(self.interval):
+                return
+
+    def _progress(self) -> tuple[int | None, int, int]:
+        """What a read that found something moves (the cursor's ``taken`` moves on every read)."""
+        with self._lock:
+            return self._cursor.seq, len(self._lines), self._lost
+
+    def _readable(self, fd: int) -> bool:
+        """Block until ``fd`` or the wake pipe is readable; False when that wait worked, True
+        when it could not be waited on (then the caller sleeps an interval)."""
+        assert self._wake is not None
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.register(self._wake[0], select.POLLIN)
+        try:
+            poller.poll()
+        except OSError:
+            return True
+        return False
 
     @property
     def events(self) -> tuple[XidEvent, ...]:
@@ -940,8 +983,14 @@ class Follower:
     def stop(self) -> ReadResult:
         """Stop following; drain what is left; return everything since the start cursor."""
         self._stop.set()
+        if self._wake is not None:
+            os.write(self._wake[1], b"x")
         if self._thread is not None:
             self._thread.join()
+        if self._wake is not None:
+            for end in self._wake:
+                os.close(end)
+            self._wake = None
         self._poll(final=True)
         with self._lock:
             return ReadResult(tuple(self._lines), tuple(self._events), self._lost, self._cursor, self.source.name,
