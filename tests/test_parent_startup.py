@@ -199,3 +199,29 @@ def test_read_since_from_a_fresh_descriptor_parses_only_what_follows_the_cursor(
     assert [line.split(";")[1] for line in res.lines] == ["m37", "m38", "m39"]
     assert (res.lost, res.cursor.seq) == (0, 40)
     assert parsed == raw[-4:]  # 37, 38, 39 and the record that is not one
+
+
+def test_a_healthy_run_s_output_takes_no_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of PytestOutput's patterns is behind a plain test of what it needs: the lines of a
+    passing run's output reach none of them (none is compiled); the totals are still read."""
+    import types
+
+    from faulthunt.stress import output
+
+    used: list[str] = []
+
+    def record(name: str) -> object:
+        def call(pattern: str, line: str) -> object:
+            used.append(pattern)
+            return getattr(__import__("re"), name)(pattern, line)
+        return call
+
+    monkeypatch.setattr(output, "re", types.SimpleNamespace(match=record("match"),
+                                                            search=record("search")))
+    out = output.PytestOutput()
+    for line in ["bringing up nodes...", "faulthunt ledger: auto: CUPTI unavailable (pip install "
+                 "'cupti-python==13.*')", "." * 80 + " [ 14%]", "550 passed in 9.80s"]:
+        out.feed(line)
+    assert used == [] and out.total is None
+    out.feed("8 workers [550 items]")
+    assert out.total == 550 and len(used) == 1
