@@ -39,6 +39,14 @@ def test_the_parent_imports_leave_out_what_a_run_without_xids_does_not_use() -> 
     assert loaded == []
 
 
+def test_the_kernel_log_sources_make_no_dataclass() -> None:
+    """`faulthunt xid cursor` and the stress parent's kernel-log cursor need neither dataclasses
+    nor inspect (42 M instructions to import; a frozen dataclass ~4 M more to make)."""
+    loaded = _fresh("import sys\nimport faulthunt.kernlog.sources\n"
+                    "out = [m for m in ('dataclasses', 'inspect', 'msgspec') if m in sys.modules]")
+    assert loaded == []
+
+
 def test_redact_compiles_its_patterns_only_for_text_that_may_hold_a_secret() -> None:
     compiled = _fresh(
         "from faulthunt import redact\n"

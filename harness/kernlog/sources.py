@@ -27,7 +27,6 @@ back and how to fix it. :class:`Follower` follows any source live in a daemon th
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import math
 import os
@@ -73,8 +72,53 @@ class KernelLogUnreadable(FaulthuntError):
 # --- cursor and result ------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Cursor:
+class _Frozen:
+    """Base of the frozen value classes below: what ``@dataclass(frozen=True)`` gives them (each
+    field set once by ``__init__``, ``==`` within the class, ``hash``, ``repr``, assignment
+    refused, copy and pickle), without the ~4 M instructions of generated code a dataclass costs
+    to make at import (``faulthunt stress`` and ``faulthunt xid`` import this module at start)."""
+
+    __slots__ = ()
+    #: the fields, in ``__init__``'s order
+    _fields: tuple[str, ...] = ()
+
+    def _set(self, *values: Any) -> None:
+        for name, value in zip(self._fields, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def _asdict(self) -> dict[str, Any]:
+        return dict(zip(self._fields, self._values(), strict=True))
+
+    def _replace(self, **changes: Any) -> Any:
+        """A copy with ``changes`` (as the dataclass module's replace makes)."""
+        return type(self)(**{**self._asdict(), **changes})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r} of a frozen {type(self).__name__}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__qualname__}({inner})"
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return type(self), self._values()
+
+
+class Cursor(_Frozen):
     """A position in one source's log: read_since(cursor) returns what came after it.
 
     kmsg: ``seq`` is the next sequence number to read (``boot_id`` detects a reboot, which restarts
@@ -84,21 +128,29 @@ class Cursor:
     this process has received.
     """
 
+    __slots__ = _fields = ("source", "seq", "offset", "inode", "path", "ts", "count", "lines",
+                           "journal", "boot_id", "taken")
     source: str
-    seq: int | None = None
-    offset: int | None = None
-    inode: int | None = None
-    path: str | None = None
-    ts: float | None = None
-    count: int | None = None
-    lines: int | None = None
-    journal: str | None = None
-    boot_id: str | None = None
+    seq: int | None
+    offset: int | None
+    inode: int | None
+    path: str | None
+    ts: float | None
+    count: int | None
+    lines: int | None
+    journal: str | None
+    boot_id: str | None
     #: when the cursor was taken (time.time()), for humans
-    taken: float | None = None
+    taken: float | None
+
+    def __init__(self, source: str, seq: int | None = None, offset: int | None = None,
+                 inode: int | None = None, path: str | None = None, ts: float | None = None,
+                 count: int | None = None, lines: int | None = None, journal: str | None = None,
+                 boot_id: str | None = None, taken: float | None = None) -> None:
+        self._set(source, seq, offset, inode, path, ts, count, lines, journal, boot_id, taken)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {k: v for k, v in self._asdict().items() if v is not None}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Cursor:
@@ -113,7 +165,7 @@ class Cursor:
                 fix="pass what `faulthunt xid cursor` printed (a JSON object with a \"source\" key), "
                 "or a file holding it (e.g. a run's kmsg_cursor.json)",
             )
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = set(cls._fields)
         kw = {k: v for k, v in d.items() if k in names}
         for k in ("seq", "offset", "inode", "count", "lines"):
             v = kw.get(k)
@@ -136,10 +188,11 @@ def _bad_cursor(why: str) -> FaulthuntError:
     return FaulthuntError(f"bad kernel-log cursor: {why}", fix="take a new one with `faulthunt xid cursor`")
 
 
-@dataclasses.dataclass(frozen=True)
-class ReadResult:
+class ReadResult(_Frozen):
     """What one read_since returned."""
 
+    __slots__ = _fields = ("lines", "events", "lost", "cursor", "source", "lost_unknown",
+                           "warnings", "unparsed")
     #: the log lines after the cursor, in the source's own format (kmsg: ``PRI,SEQ,TS,FLAGS;MSG``)
     lines: tuple[str, ...]
     events: tuple[XidEvent, ...]
@@ -149,10 +202,15 @@ class ReadResult:
     cursor: Cursor
     source: str
     #: True when records may have been lost but the source cannot count them (dmesg, rotated file)
-    lost_unknown: bool = False
-    warnings: tuple[str, ...] = ()
+    lost_unknown: bool
+    warnings: tuple[str, ...]
     #: lines mentioning ``NVRM: Xid`` that could not be parsed
-    unparsed: tuple[str, ...] = ()
+    unparsed: tuple[str, ...]
+
+    def __init__(self, lines: tuple[str, ...], events: tuple[XidEvent, ...], lost: int,
+                 cursor: Cursor, source: str, lost_unknown: bool = False,
+                 warnings: tuple[str, ...] = (), unparsed: tuple[str, ...] = ()) -> None:
+        self._set(lines, events, lost, cursor, source, lost_unknown, warnings, unparsed)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -201,17 +259,21 @@ def _boot_id() -> str | None:
 # --- /dev/kmsg ---------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class KmsgRecord:
+class KmsgRecord(_Frozen):
     """One /dev/kmsg record: ``PRI,SEQ,TS_USEC,FLAGS[,...];MSG`` plus dictionary lines (`` KEY=value``)."""
 
+    __slots__ = _fields = ("level", "facility", "seq", "ts_usec", "flags", "message", "dictionary")
     level: int
     facility: int
     seq: int
     ts_usec: int
     flags: str
     message: str
-    dictionary: tuple[str, ...] = ()
+    dictionary: tuple[str, ...]
+
+    def __init__(self, level: int, facility: int, seq: int, ts_usec: int, flags: str,
+                 message: str, dictionary: tuple[str, ...] = ()) -> None:
+        self._set(level, facility, seq, ts_usec, flags, message, dictionary)
 
     @property
     def line(self) -> str:
@@ -430,7 +492,7 @@ class KmsgSource:
                 events.append(ev)
         nxt = Cursor(source=self.name, seq=expected, boot_id=boot, path=self.path, taken=time.time())
         res = _result(self.name, lines, nxt, lost, warnings=warnings, events=events)
-        return dataclasses.replace(res, unparsed=tuple(unparsed))
+        return res._replace(unparsed=tuple(unparsed))
 
     def snapshot(self) -> str:
         return "".join(line + "\n" for line in map(kmsg_line, self._read_all_raw()) if line is not None)
