@@ -233,3 +233,26 @@ def test_a_healthy_run_s_output_takes_no_pattern(monkeypatch: pytest.MonkeyPatch
     assert used == [] and out.total is None
     out.feed("8 workers [550 items]")
     assert out.total == 550 and len(used) == 1
+
+
+def test_the_run_s_collector_freeze_is_thawed_for_a_caller_in_the_same_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`faulthunt stress` freezes what start-up made; main() called in-process gives the caller
+    its collector back as it was, the console script (the process ends after) keeps it frozen."""
+    import gc
+
+    from faulthunt import cli
+    from faulthunt.cli import stress as stress_cli
+
+    frozen_during: list[int] = []
+    monkeypatch.setattr(stress_cli, "_run", lambda args, opts: frozen_during.append(
+        gc.get_freeze_count()) or 0)
+    before = gc.get_freeze_count()
+    try:
+        assert cli.main(["stress", "--xid-source", "none", "t.py"]) == 0
+        assert gc.get_freeze_count() == before
+        assert cli.main(["stress", "--xid-source", "none", "t.py"], exiting=True) == 0
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
+    assert frozen_during[0] > before
