@@ -109,8 +109,34 @@ SECRET_HINT = re.compile(
     r"|hf_|sk-|[rs]k_(?:live|test)_|ya29\.|eyJ|AIza|npm_|pypi-|dckr_pat_|-----BEGIN")
 
 
+#: What a name must hold (lower-cased) for _SECRET_NAME to match it: each alternative of the
+#: pattern contains one of these words, or ends the name (``_PAT``, ``DSN``, ``_PWD``; the
+#: end-anchored ``_KEY`` and ``_PASS`` hold "key" and "pass"). Keep it in step with the pattern.
+_NAME_WORDS = ("token", "secret", "pass", "credential", "key", "auth", "cookie", "session",
+               "signature", "webhook", "jwt", "bearer")
+_NAME_ENDS = ("_pat", "dsn", "_pwd")
+
+
+def _may_be_secret_name(name: str) -> bool:
+    """False only where _SECRET_NAME cannot match ``name``: an ASCII name (``re.IGNORECASE``
+    folds a few non-ASCII letters onto ASCII ones, so those go to the pattern) holding none of
+    :data:`_NAME_WORDS` and not ending in one of :data:`_NAME_ENDS` (nor being ``PAT``), a
+    final newline aside."""
+    if not name.isascii():
+        return True
+    low = name.lower()
+    end = low[:-1] if low.endswith("\n") else low  # the pattern's `$` also matches before a final newline
+    return end == "pat" or end.endswith(_NAME_ENDS) or any(w in low for w in _NAME_WORDS)
+
+
 def is_secret_name(name: str) -> bool:
     """True for variable names that suggest a credential (``GITHUB_TOKEN``, ``AWS_SECRET_...``)."""
+    return (name not in _SAFE_NAMES and _may_be_secret_name(name)
+            and bool(_SECRET_NAME.rx.search(name)))
+
+
+def _is_secret_name_fully(name: str) -> bool:
+    """is_secret_name without the word shortcut (the tests check the shortcut against it)."""
     return name not in _SAFE_NAMES and bool(_SECRET_NAME.rx.search(name))
 
 
@@ -118,7 +144,43 @@ def redact_value(value: str) -> str:
     """Redact credential-looking parts of a value (tokens, URL passwords), keep the rest."""
     if not SECRET_HINT.search(value):  # an environment's paths and flags: no pattern compiled
         return value
-    return _redact_value_fully(value)
+    return _redact_value_gated(value)
+
+
+#: What _SECRET_VALUE needs to match (it is case-sensitive): every alternative starts with one
+#: of these. Keep it in step with the pattern.
+_TOKEN_STARTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "gldt-", "glrt-",
+                 "glptt-", "glsoat-", "xox", "hooks.slack.com/services/", "AKIA", "ASIA", "hf_",
+                 "sk-", "k_live_", "k_test_", "ya29.", "eyJ", "AIza", "npm_", "pypi-AgE",
+                 "dckr_pat_", "-----BEGIN ")
+#: What _SECRET_OPTION's option name needs (lower-cased): token, password/passwd, secret,
+#: api-key/access-key
+_OPTION_WORDS = ("token", "passw", "secret", "key")
+
+
+def _redact_value_gated(value: str) -> str:
+    """:func:`_redact_value_fully`, each pattern run (and compiled) only where the text holds
+    what that pattern needs to match, checked on the text as the previous steps left it. Text
+    with a non-ASCII character takes every pattern: ``re.IGNORECASE`` folds a few such letters
+    (the Kelvin sign, the long s) onto ASCII ones, which lower() does not. Pytest's output hits
+    SECRET_HINT on lines such as ``pip install 'x==1'`` (a word character before ``=``): none
+    of these needs a pattern compiled."""
+    if not value.isascii():
+        return _redact_value_fully(value)
+    if "://" in value:
+        value = _URL_CREDENTIALS.rx.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+    if "=" in value and ("?" in value or "&" in value):
+        value = _URL_QUERY.rx.sub(lambda m: f"{m['key']}{REDACTED}", value)
+    if "authorization" in value.lower():
+        value = _AUTH_HEADER.rx.sub(lambda m: f"{m['head']}{REDACTED}", value)
+    if "earer" in value:  # [Bb]earer
+        value = _BEARER.rx.sub(lambda m: f"{m['head']}{REDACTED}", value)
+    low = value.lower()
+    if any(w in low for w in _OPTION_WORDS):
+        value = _SECRET_OPTION.rx.sub(lambda m: f"{m['opt']}{m['sep']}{REDACTED}", value)
+    if any(t in value for t in _TOKEN_STARTS):
+        value = _SECRET_VALUE.rx.sub(REDACTED, value)
+    return value
 
 
 def _redact_value_fully(value: str) -> str:
@@ -175,7 +237,22 @@ def redact_text(text: str) -> str:
     """Redact ``NAME=value`` assignments with secret names, and secret-looking values, in text."""
     if not SECRET_HINT.search(text):  # most captured output: progress lines, tracebacks
         return text
-    return _redact_text_fully(text)
+    return _redact_value_gated(_redact_assignments_gated(text))
+
+
+def _redact_assignments_gated(text: str) -> str:
+    """The NAME=value step of :func:`_redact_text_fully`, skipped (its pattern not compiled)
+    where no assignment's name can be a secret one: the name ends right before the ``=``, so in
+    ASCII text a secret name shows as one of :data:`_NAME_WORDS`, or an end of
+    :data:`_NAME_ENDS` (or ``pat``) followed by ``=``."""
+    if "=" not in text:
+        return text
+    if text.isascii():
+        low = text.lower()
+        if not (any(w in low for w in _NAME_WORDS) or "pat=" in low or "dsn=" in low
+                or "_pwd=" in low):
+            return text
+    return _ASSIGNMENT.rx.sub(_assignment, text)
 
 
 def _redact_text_fully(text: str) -> str:

@@ -110,6 +110,9 @@ def attribute_xids(xids: Iterable[Mapping[str, Any] | XidLine], spans: Iterable[
     running then), ``neighbour`` (pid-less Xid next to an attributed one on the same GPU),
     ``unmatched_pid`` (no worker had that pid: another process, or a pid namespace), ``none``.
     """
+    xids = list(xids)
+    if not xids:  # a healthy run: no index of the spans to build
+        return []
     spans = [s for s in spans if s.outcome != LOST]
     by_pid: dict[Any, list[TestSpan]] = defaultdict(list)
     children: dict[int, list[tuple[ChildProcess, TestSpan]]] = defaultdict(list)

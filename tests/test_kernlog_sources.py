@@ -407,10 +407,110 @@ def test_kmsg_records_are_parsed_from_their_own_line(monkeypatch: pytest.MonkeyP
                             b"Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE"),
     ]
     src = S.KmsgSource(path=os.devnull)
-    monkeypatch.setattr(src, "_drain", lambda fd: (list(records), 0))
+    monkeypatch.setattr(src, "_drain", lambda fd, start=0: (list(records), 0))
     res = src.read_since(Cursor(source="kmsg", seq=100))
     src.close()
     assert [(e.xid, e.seq, e.ts, e.level, e.pid) for e in res.events] == [(43, 100, 33.03447, 4, 5),
                                                                            (31, 103, 33.034473, 4, 6)]
     assert res.events[0].raw == records[0].line and res.events[1].gpu_instance == 5
     assert res.unparsed == (records[2].line,) and res.cursor.seq == 104
+
+
+class _PipeSource:
+    """A source whose records are the bytes written to a pipe; it offers the pipe to wait on."""
+
+    name = "pipe"
+
+    def __init__(self, consume: bool = True) -> None:
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        self.consume = consume
+        self.reads = 0
+
+    def wait_fd(self) -> int:
+        return self.r
+
+    def cursor(self) -> Cursor:
+        return Cursor(source="pipe", seq=0)
+
+    def read_since(self, cursor: Cursor, *, final: bool = False):
+        from faulthunt.kernlog.sources import ReadResult
+
+        self.reads += 1
+        try:
+            data = os.read(self.r, 4096).decode() if self.consume else ""
+        except BlockingIOError:
+            data = ""
+        seq = (cursor.seq or 0) + len(data)
+        return ReadResult(tuple(data), (), 0, Cursor(source="pipe", seq=seq), "pipe")
+
+    def snapshot(self) -> str:
+        return ""
+
+    def close(self) -> None:
+        os.close(self.r)
+        os.close(self.w)
+
+
+def test_follower_sleeps_on_the_source_s_descriptor_until_a_record_comes() -> None:
+    src = _PipeSource()
+    f = Follower(src, src.cursor(), lambda ev: None, interval=0.001)
+    f.start()
+    try:
+        time.sleep(0.2)  # a timer of 1 ms would have read ~200 times by now
+        assert src.reads == 0
+        os.write(src.w, b"ab")
+        deadline = time.monotonic() + 30
+        while src.reads == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert src.reads == 1  # woken by the record, before stop()
+    finally:
+        res = f.stop()
+        src.close()
+    assert res.lines == ("a", "b") and res.cursor.seq == 2
+
+
+def test_follower_on_a_descriptor_that_is_always_readable_falls_back_to_the_timer() -> None:
+    src = _PipeSource(consume=False)
+    os.write(src.w, b"x")  # readable for good: nothing reads it
+    f = Follower(src, src.cursor(), lambda ev: None, interval=0.05)
+    f.start()
+    time.sleep(0.5)
+    f.stop()
+    src.close()
+    assert 1 <= src.reads < 100  # a spin would read thousands of times
+
+
+@pytest.mark.parametrize("cls,args", [
+    (Cursor, {"source": "kmsg", "seq": 3, "boot_id": "b", "taken": 1.5}),
+    (KmsgRecord, {"level": 6, "facility": 0, "seq": 1, "ts_usec": 2, "flags": "-", "message": "m"}),
+    (S.ReadResult, {"lines": ("a",), "events": (), "lost": 0, "cursor": Cursor(source="kmsg"),
+                    "source": "kmsg"}),
+])
+def test_the_frozen_values_behave_as_the_frozen_dataclasses_they_were(cls, args) -> None:
+    """Cursor, KmsgRecord and ReadResult are plain slotted classes (a dataclass costs ~4 M
+    instructions to make at import): the same constructor, repr, equality, hash, copies and
+    refusal to change as the frozen dataclass of the same fields."""
+    import copy
+    import dataclasses
+    import pickle
+
+    twin_cls = dataclasses.make_dataclass(cls.__name__, [(f, object, dataclasses.field(
+        default=getattr(cls(**args), f))) for f in cls._fields], frozen=True)
+    value, twin = cls(**args), twin_cls(**args)
+    positional = cls(*[args.get(f, getattr(value, f)) for f in cls._fields])
+    assert repr(value) == repr(twin) and value == positional and hash(value) == hash(positional)
+    assert value._asdict() == dataclasses.asdict(twin)
+    assert value != twin and value.__eq__(object()) is NotImplemented
+    for copied in (copy.copy(value), copy.deepcopy(value), pickle.loads(pickle.dumps(value))):
+        assert copied == value and type(copied) is cls
+    changed = value._replace(**{cls._fields[0]: "x"})
+    assert getattr(changed, cls._fields[0]) == "x" and changed != value
+    with pytest.raises(AttributeError):
+        value.source = "x"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del value.lost  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        value.other = 1  # no field of that name: no place for it either
+    with pytest.raises(TypeError):
+        cls(**args, nosuchfield=1)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from faulthunt import redact
 from faulthunt.rundir import _mkstemp
@@ -38,6 +39,14 @@ def test_the_parent_imports_leave_out_what_a_run_without_xids_does_not_use() -> 
     assert loaded == []
 
 
+def test_the_kernel_log_sources_make_no_dataclass() -> None:
+    """`faulthunt xid cursor` and the stress parent's kernel-log cursor need neither dataclasses
+    nor inspect (42 M instructions to import; a frozen dataclass ~4 M more to make)."""
+    loaded = _fresh("import sys\nimport faulthunt.kernlog.sources\n"
+                    "out = [m for m in ('dataclasses', 'inspect', 'msgspec') if m in sys.modules]")
+    assert loaded == []
+
+
 def test_redact_compiles_its_patterns_only_for_text_that_may_hold_a_secret() -> None:
     compiled = _fresh(
         "from faulthunt import redact\n"
@@ -45,9 +54,43 @@ def test_redact_compiles_its_patterns_only_for_text_that_may_hold_a_secret() -> 
         "redact.redact_env({'PATH': '/usr/bin:/bin', 'HOME': '/root', 'LANG': 'C.UTF-8'})\n"
         "redact.redact_argv(['-n', '8', 'tests/test_x.py::test_a[1-2]'])\n"
         "redact.redact_text('test_x.py::test_a PASSED  [ 50%]')\n"
-        "out = [len(lazy), sum('rx' in vars(v) for v in lazy)]")
-    # is_secret_name's pattern is the only one an environment's names need
-    assert compiled == [9, 1]
+        "redact.redact_text(\"pip install 'cupti-python==13.*' (e.g. 13.* for CUDA 13)\")\n"
+        "out = [len(lazy), sum('rx' in vars(v) for v in lazy)]\n"
+        "redact.redact_env({'TOX_TESTENV_PASSENV': 'X'})\n"
+        "out.append(sum('rx' in vars(v) for v in lazy))")
+    # names and text holding no secret word compile nothing (the pip line hits SECRET_HINT's
+    # `\w=`); a name with "pass" in it takes is_secret_name's pattern
+    assert compiled == [9, 0, 1]
+
+
+#: fragments every redaction pattern starts with or needs, and near misses, so that random
+#: text often reaches each pattern and each shortcut
+_PIECES = ["=", "==", "?", "&", "://", "u:p@", "Authorization: ", "authoriZation=", "Bearer ",
+           "bearer ", "--token ", "--api_key=", "-password=", "TOKEN", "token", "PAT", "_pat",
+           "dsn", "_PWD", "pass", "MY_KEY", "KEY", "secret", "session_id", "ghp_", "gho_",
+           "github_pat_", "glpat-", "xoxb-", "hf_", "sk-", "rk_live_", "sk_test_", "ya29.", "eyJ",
+           "AIza", "npm_", "pypi-AgE", "dckr_pat_", "AKIA", "ASIA", "-----BEGIN RSA PRIVATE KEY-----",
+           "hooks.slack.com/services/", "...", "\u2026", "\u212a", "\u017f", "'", '"', "\\", " ",
+           "\n", ".", "-", "_", "abcdefghijklmnopqrstuvwxyz0123456789", "ABCDEFGHIJKLMNOPQRST"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=4), max_size=14).map("".join))
+def test_redact_shortcuts_give_the_full_answer(text: str) -> None:
+    """Each pattern is skipped only where it cannot match: the same text as running them all."""
+    assert redact.redact_text(text) == redact._redact_text_fully(text)
+    assert redact.redact_value(text) == redact._redact_value_fully(text)
+    assert redact.is_secret_name(text) == redact._is_secret_name_fully(text)
+
+
+@pytest.mark.parametrize("name", [
+    "PAT", "pat", "GH_PAT", "PATH", "SENTRY_DSN", "DB_PWD", "PWD", "PGPASSFILE", "MY_PASS",
+    "API_KEY", "apikey", "X_KEY", "KEYTIMEOUT", "MONKEY", "SESSIONID", "SESSION_ID", "JWT_X",
+    "SSH_AUTH_SOCK", "COOKIE", "SIGNATURE", "WEBHOOK_URL", "CREDENTIALS", "BEARER", "HOME",
+    "LANG", "dsn\n", "PAT\n", "x_pat\n\n", "\u212aEY", "A_\u212aEY", "\u017fECRET"])
+def test_is_secret_name_shortcut_gives_the_full_answer(name: str) -> None:
+    assert redact.is_secret_name(name) == redact._is_secret_name_fully(name)
+    assert redact.is_secret_name(name + "=") == redact._is_secret_name_fully(name + "=")
 
 
 @pytest.mark.parametrize("value", [
@@ -102,3 +145,114 @@ def test_the_cursor_follows_the_last_record_that_parses(monkeypatch: pytest.Monk
     for raw, seq in ((KMSG_SAMPLES, 2), ([b"6,41,1,-;a", b"junk"], 42), ([b"junk"], 0), ([], 0)):
         monkeypatch.setattr(src, "_read_all_raw", lambda raw=raw: list(raw))
         assert src.cursor().seq == seq
+
+
+#: kmsg-like records: headers with plain and odd numbers (leading zeros, too long, not ASCII),
+#: flags with a ",caller=" tail or a newline, messages with dictionaries and bad UTF-8
+_KMSG_HEAD_PARTS = st.sampled_from(["0", "6", "12", "006", "99999", "123456", "\u0661", "", "x", "-"])
+_KMSG_NUMBERS = st.sampled_from(["0", "1", "41", "42", "0042", "9" * 20, "9" * 21, "\u0664", "", "a"])
+_KMSG_FLAGS = st.sampled_from(["-", "c", "", "-,caller=T1", "+\n", "-;x", ",", "\u00e9"])
+_KMSG_TAILS = st.sampled_from(["msg", "", "m\n SUBSYSTEM=pci\n DEVICE=+pci:0000:00:06.0",
+                               "NVRM: Xid (PCI:0000:3b:00): 31, pid=7", "a;b,c", "\n", "x\n\ny"])
+
+
+@st.composite
+def _kmsg_records(draw: st.DrawFn) -> bytes:
+    fields = [draw(_KMSG_HEAD_PARTS), draw(_KMSG_NUMBERS), draw(_KMSG_NUMBERS), draw(_KMSG_FLAGS)]
+    text = ",".join(fields[:draw(st.integers(1, 4))]) + draw(st.sampled_from([";", "", ";;"]))
+    data = (text + draw(_KMSG_TAILS)).encode()
+    return data + draw(st.sampled_from([b"", b"\xff", b"\xe2\x82", b"\xe2\x82\n z"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_kmsg_records())
+def test_a_snapshot_line_is_the_record_s_line_for_any_header(data: bytes) -> None:
+    from faulthunt.kernlog.sources import kmsg_line, parse_kmsg_record
+
+    rec = parse_kmsg_record(data)
+    assert kmsg_line(data) == (rec.line if rec is not None else None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_kmsg_records(), st.integers(0, 50))
+def test_a_record_skipped_by_its_header_is_one_select_after_drops(data: bytes, start: int) -> None:
+    """read_since skips, unparsed, what its header shows to be before the cursor: only records
+    that would not parse or that select_after would drop."""
+    from faulthunt.kernlog.sources import _seq_below, parse_kmsg_record
+
+    if _seq_below(data, start):
+        rec = parse_kmsg_record(data)
+        assert rec is None or rec.seq < start
+
+
+def test_read_since_from_a_fresh_descriptor_parses_only_what_follows_the_cursor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from faulthunt.kernlog import sources
+    from faulthunt.kernlog.sources import Cursor, KmsgSource
+
+    raw = [f"6,{seq},{seq * 10},-;m{seq}\n".encode() for seq in range(5, 40)] + [b"junk"]
+    parsed: list[bytes] = []
+
+    def parse(data: bytes | str) -> object:
+        parsed.append(data if isinstance(data, bytes) else data.encode())
+        return real(data)
+
+    real = sources.parse_kmsg_record
+    src = KmsgSource("/nonexistent/kmsg")
+    monkeypatch.setattr(src, "_open", lambda: -1)
+    monkeypatch.setattr(src, "_drain_raw", lambda fd: (list(raw), 0))
+    monkeypatch.setattr(sources, "parse_kmsg_record", parse)
+    monkeypatch.setattr(sources.os, "close", lambda fd: None)
+    res = src.read_since(Cursor(source="kmsg", seq=37))
+    assert [line.split(";")[1] for line in res.lines] == ["m37", "m38", "m39"]
+    assert (res.lost, res.cursor.seq) == (0, 40)
+    assert parsed == raw[-4:]  # 37, 38, 39 and the record that is not one
+
+
+def test_a_healthy_run_s_output_takes_no_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of PytestOutput's patterns is behind a plain test of what it needs: the lines of a
+    passing run's output reach none of them (none is compiled); the totals are still read."""
+    import types
+
+    from faulthunt.stress import output
+
+    used: list[str] = []
+
+    def record(name: str) -> object:
+        def call(pattern: str, line: str) -> object:
+            used.append(pattern)
+            return getattr(__import__("re"), name)(pattern, line)
+        return call
+
+    monkeypatch.setattr(output, "re", types.SimpleNamespace(match=record("match"),
+                                                            search=record("search")))
+    out = output.PytestOutput()
+    for line in ["bringing up nodes...", "faulthunt ledger: auto: CUPTI unavailable (pip install "
+                 "'cupti-python==13.*')", "." * 80 + " [ 14%]", "550 passed in 9.80s"]:
+        out.feed(line)
+    assert used == [] and out.total is None
+    out.feed("8 workers [550 items]")
+    assert out.total == 550 and len(used) == 1
+
+
+def test_the_run_s_collector_freeze_is_thawed_for_a_caller_in_the_same_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`faulthunt stress` freezes what start-up made; main() called in-process gives the caller
+    its collector back as it was, the console script (the process ends after) keeps it frozen."""
+    import gc
+
+    from faulthunt import cli
+    from faulthunt.cli import stress as stress_cli
+
+    frozen_during: list[int] = []
+    monkeypatch.setattr(stress_cli, "_run", lambda args, opts: frozen_during.append(
+        gc.get_freeze_count()) or 0)
+    before = gc.get_freeze_count()
+    try:
+        assert cli.main(["stress", "--xid-source", "none", "t.py"]) == 0
+        assert gc.get_freeze_count() == before
+        assert cli.main(["stress", "--xid-source", "none", "t.py"], exiting=True) == 0
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
+    assert frozen_during[0] > before

@@ -144,11 +144,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one faulthunt command; returns its exit status."""
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
+    """Run one faulthunt command; returns its exit status. ``exiting``: the process ends after
+    it (the console script), so a command may leave process-wide state (the collector's frozen
+    objects) as it is; a caller in the same process (tests) gets it back as it was."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(argv)
+        return _main(argv, exiting)
     except OSError as exc:
         if exc.errno not in _FULL_ERRNOS:
             raise
@@ -156,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _output_full(f"faulthunt {command}" if command else "faulthunt", exc)
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], exiting: bool = False) -> int:
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if getattr(args, "command", None) is None:
@@ -167,6 +169,7 @@ def _main(argv: list[str]) -> int:
     if extra and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
+    args.exiting = exiting
     try:
         status = int(args._run(args))
         sys.stdout.flush()  # output still buffered meets a full disk here, not at exit
@@ -228,7 +231,7 @@ def _drain(stream: IO[str] | None) -> bool:
 def console_main() -> None:
     """Entry point of the ``faulthunt`` console script."""
     try:
-        status: str | int | None = main()
+        status: str | int | None = main(exiting=True)
     except SystemExit as exc:  # argparse after --help, --version or a usage error: flush its text
         status = exc.code
         try:

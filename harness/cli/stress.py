@@ -166,12 +166,32 @@ def _check_unknown_options(extra: Sequence[str], own: Sequence[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import gc
+
+    import faulthunt.stress.analyse
+    import faulthunt.stress.collect  # noqa: F401 - run_stress's own imports, made before the freeze
+
+    opts = options(args)
+    # What start-up made (modules, classes, the options) lives to the end of the process:
+    # frozen, the cyclic collector's passes during the run, the analysis (thousands of records
+    # decoded) and the exit (faulthunt.cli._settle_heap) stop walking it again and again (about
+    # 7 M instructions of the parent). Thawed after the run unless the process ends with it, so
+    # that a caller in the same process (tests) keeps its collector as it was. (Not in
+    # run_stress: a bisect calls that many times in one process.)
+    gc.freeze()
+    try:
+        return _run(args, opts)
+    finally:
+        if not getattr(args, "exiting", False):
+            gc.unfreeze()
+
+
+def _run(args: argparse.Namespace, opts: StressOptions) -> int:
     import sys
 
     from faulthunt.errors import FaulthuntError
     from faulthunt.stress import run_stress
 
-    opts = options(args)
     console = None
     if not args.quiet:  # -q draws nothing: rich and the renderer are not even imported
         from rich.console import Console

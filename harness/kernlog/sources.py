@@ -27,11 +27,11 @@ back and how to fix it. :class:`Follower` follows any source live in a daemon th
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import math
 import os
 import re
+import select
 import subprocess
 import threading
 import time
@@ -72,8 +72,53 @@ class KernelLogUnreadable(FaulthuntError):
 # --- cursor and result ------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Cursor:
+class _Frozen:
+    """Base of the frozen value classes below: what ``@dataclass(frozen=True)`` gives them (each
+    field set once by ``__init__``, ``==`` within the class, ``hash``, ``repr``, assignment
+    refused, copy and pickle), without the ~4 M instructions of generated code a dataclass costs
+    to make at import (``faulthunt stress`` and ``faulthunt xid`` import this module at start)."""
+
+    __slots__ = ()
+    #: the fields, in ``__init__``'s order
+    _fields: tuple[str, ...] = ()
+
+    def _set(self, *values: Any) -> None:
+        for name, value in zip(self._fields, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def _asdict(self) -> dict[str, Any]:
+        return dict(zip(self._fields, self._values(), strict=True))
+
+    def _replace(self, **changes: Any) -> Any:
+        """A copy with ``changes`` (as the dataclass module's replace makes)."""
+        return type(self)(**{**self._asdict(), **changes})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r} of a frozen {type(self).__name__}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__qualname__}({inner})"
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return type(self), self._values()
+
+
+class Cursor(_Frozen):
     """A position in one source's log: read_since(cursor) returns what came after it.
 
     kmsg: ``seq`` is the next sequence number to read (``boot_id`` detects a reboot, which restarts
@@ -83,21 +128,29 @@ class Cursor:
     this process has received.
     """
 
+    __slots__ = _fields = ("source", "seq", "offset", "inode", "path", "ts", "count", "lines",
+                           "journal", "boot_id", "taken")
     source: str
-    seq: int | None = None
-    offset: int | None = None
-    inode: int | None = None
-    path: str | None = None
-    ts: float | None = None
-    count: int | None = None
-    lines: int | None = None
-    journal: str | None = None
-    boot_id: str | None = None
+    seq: int | None
+    offset: int | None
+    inode: int | None
+    path: str | None
+    ts: float | None
+    count: int | None
+    lines: int | None
+    journal: str | None
+    boot_id: str | None
     #: when the cursor was taken (time.time()), for humans
-    taken: float | None = None
+    taken: float | None
+
+    def __init__(self, source: str, seq: int | None = None, offset: int | None = None,
+                 inode: int | None = None, path: str | None = None, ts: float | None = None,
+                 count: int | None = None, lines: int | None = None, journal: str | None = None,
+                 boot_id: str | None = None, taken: float | None = None) -> None:
+        self._set(source, seq, offset, inode, path, ts, count, lines, journal, boot_id, taken)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {k: v for k, v in self._asdict().items() if v is not None}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Cursor:
@@ -112,7 +165,7 @@ class Cursor:
                 fix="pass what `faulthunt xid cursor` printed (a JSON object with a \"source\" key), "
                 "or a file holding it (e.g. a run's kmsg_cursor.json)",
             )
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = set(cls._fields)
         kw = {k: v for k, v in d.items() if k in names}
         for k in ("seq", "offset", "inode", "count", "lines"):
             v = kw.get(k)
@@ -135,10 +188,11 @@ def _bad_cursor(why: str) -> FaulthuntError:
     return FaulthuntError(f"bad kernel-log cursor: {why}", fix="take a new one with `faulthunt xid cursor`")
 
 
-@dataclasses.dataclass(frozen=True)
-class ReadResult:
+class ReadResult(_Frozen):
     """What one read_since returned."""
 
+    __slots__ = _fields = ("lines", "events", "lost", "cursor", "source", "lost_unknown",
+                           "warnings", "unparsed")
     #: the log lines after the cursor, in the source's own format (kmsg: ``PRI,SEQ,TS,FLAGS;MSG``)
     lines: tuple[str, ...]
     events: tuple[XidEvent, ...]
@@ -148,10 +202,15 @@ class ReadResult:
     cursor: Cursor
     source: str
     #: True when records may have been lost but the source cannot count them (dmesg, rotated file)
-    lost_unknown: bool = False
-    warnings: tuple[str, ...] = ()
+    lost_unknown: bool
+    warnings: tuple[str, ...]
     #: lines mentioning ``NVRM: Xid`` that could not be parsed
-    unparsed: tuple[str, ...] = ()
+    unparsed: tuple[str, ...]
+
+    def __init__(self, lines: tuple[str, ...], events: tuple[XidEvent, ...], lost: int,
+                 cursor: Cursor, source: str, lost_unknown: bool = False,
+                 warnings: tuple[str, ...] = (), unparsed: tuple[str, ...] = ()) -> None:
+        self._set(lines, events, lost, cursor, source, lost_unknown, warnings, unparsed)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -200,17 +259,21 @@ def _boot_id() -> str | None:
 # --- /dev/kmsg ---------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class KmsgRecord:
+class KmsgRecord(_Frozen):
     """One /dev/kmsg record: ``PRI,SEQ,TS_USEC,FLAGS[,...];MSG`` plus dictionary lines (`` KEY=value``)."""
 
+    __slots__ = _fields = ("level", "facility", "seq", "ts_usec", "flags", "message", "dictionary")
     level: int
     facility: int
     seq: int
     ts_usec: int
     flags: str
     message: str
-    dictionary: tuple[str, ...] = ()
+    dictionary: tuple[str, ...]
+
+    def __init__(self, level: int, facility: int, seq: int, ts_usec: int, flags: str,
+                 message: str, dictionary: tuple[str, ...] = ()) -> None:
+        self._set(level, facility, seq, ts_usec, flags, message, dictionary)
 
     @property
     def line(self) -> str:
@@ -248,6 +311,14 @@ def parse_kmsg_record(data: bytes | str) -> KmsgRecord | None:
 def kmsg_line(data: bytes) -> str | None:
     """``parse_kmsg_record(data).line`` (None where that is None) without making the record: a
     snapshot takes the line of every record in the buffer."""
+    head, sep, _ = data.partition(b";")
+    if sep and b"\n" not in head:
+        parts = head.split(b",")
+        if len(parts) == 4 and _plain_number(parts[0], 5) and _plain_number(parts[1], 20) \
+                and _plain_number(parts[2], 20):
+            # the header as the record's line writes it (numbers without leading zeros, flags
+            # without a ",..." tail): the line is the record's first line as the kernel wrote it
+            return data.partition(b"\n")[0].decode("utf-8", "replace")
     text = data.decode("utf-8", "replace")
     m = _KMSG_HEAD.match(text)
     if m is None:
@@ -255,6 +326,21 @@ def kmsg_line(data: bytes) -> str | None:
     message = text[m.end():].partition("\n")[0]
     # the record's facility * 8 + level is its priority itself
     return _header_line(int(m[1]), int(m[2]), int(m[3]), m[4], message)
+
+
+def _plain_number(digits: bytes, most: int) -> bool:
+    """1 to ``most`` ASCII digits that ``int()`` and ``str()`` give back unchanged."""
+    return (0 < len(digits) <= most and digits.isdigit()
+            and (digits[0] != 0x30 or len(digits) == 1))  # 0x30: "0"
+
+
+def _seq_below(data: bytes, start: int) -> bool:
+    """True when ``data``'s header plainly gives a sequence number below ``start`` (1-5 and
+    1-20 ASCII digits before the first two commas, as :data:`_KMSG_HEAD` reads them: its record,
+    if it parses, has that seq); False when it does not, or cannot be read that cheaply."""
+    parts = data.split(b",", 2)
+    return (len(parts) == 3 and 0 < len(parts[0]) <= 5 and 0 < len(parts[1]) <= 20
+            and parts[0].isdigit() and parts[1].isdigit() and int(parts[1]) < start)
 
 
 def select_after(records: list[KmsgRecord], start: int) -> tuple[list[KmsgRecord], int, int]:
@@ -320,10 +406,15 @@ class KmsgSource:
         except OSError as exc:
             raise _kmsg_error(exc, self.path) from None
 
-    def _drain(self, fd: int) -> tuple[list[KmsgRecord], int]:
-        """Read every record available on ``fd`` now; returns them and the number of EPIPEs seen."""
+    def _drain(self, fd: int, start: int = 0) -> tuple[list[KmsgRecord], int]:
+        """Read every record available on ``fd`` now; returns those that parse, less those whose
+        header shows a sequence number below ``start`` (which :func:`select_after` would drop
+        anyway: a fresh descriptor starts at the oldest record, and a run's follower would
+        otherwise parse the whole buffer once), and the number of EPIPEs seen."""
         raw, epipes = self._drain_raw(fd)
-        records = [rec for rec in map(parse_kmsg_record, raw) if rec is not None]
+        records = [rec for rec in map(parse_kmsg_record, raw if start <= 0 else
+                                      (r for r in raw if not _seq_below(r, start)))
+                   if rec is not None]
         return records, epipes
 
     def _drain_raw(self, fd: int) -> tuple[list[bytes], int]:
@@ -377,7 +468,7 @@ class KmsgSource:
                     os.close(self._fd)
                     self._fd = None
                 fd = self._open()
-                records, _ = self._drain(fd)
+                records, _ = self._drain(fd, start)
                 self._fd = fd
             kept, lost, expected = select_after(records, start)
             self._fd_next = expected
@@ -401,10 +492,16 @@ class KmsgSource:
                 events.append(ev)
         nxt = Cursor(source=self.name, seq=expected, boot_id=boot, path=self.path, taken=time.time())
         res = _result(self.name, lines, nxt, lost, warnings=warnings, events=events)
-        return dataclasses.replace(res, unparsed=tuple(unparsed))
+        return res._replace(unparsed=tuple(unparsed))
 
     def snapshot(self) -> str:
         return "".join(line + "\n" for line in map(kmsg_line, self._read_all_raw()) if line is not None)
+
+    def wait_fd(self) -> int | None:
+        """The descriptor read_since goes on reading from (None before the first read): poll()
+        says it is readable when a record follows what was read (:class:`Follower` blocks on it
+        instead of waking on a timer)."""
+        return self._fd
 
     def close(self) -> None:
         with self._lock:
@@ -868,10 +965,14 @@ class Follower:
         # re-entrant: on_event runs under the lock and may read .events
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
+        #: a pipe stop() writes to, to end a wait on a source's descriptor (see _loop)
+        self._wake: tuple[int, int] | None = None
 
     def start(self) -> None:
         if self._thread is not None:
             return
+        if getattr(self.source, "wait_fd", None) is not None:
+            self._wake = os.pipe()
         self._thread = threading.Thread(target=self._loop, name=f"faulthunt-follow-{self.source.name}", daemon=True)
         self._thread.start()
 
@@ -900,8 +1001,40 @@ class Follower:
                     self._warnings.append(f"on_event failed for Xid {ev.xid}: {type(exc).__name__}: {exc}")
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        """Poll every ``interval``; with a source that offers a descriptor to wait on (kmsg),
+        sleep in poll() until it has a record or stop() is called: a quiet log costs nothing. A
+        descriptor that says readable while the read finds nothing new (a device that does not
+        implement poll) costs one ``interval`` of sleep, as the timer would."""
+        wait_fd = getattr(self.source, "wait_fd", None)
+        while True:
+            fd = wait_fd() if wait_fd is not None and self._wake is not None else None
+            if fd is None or self._readable(fd):
+                if self._stop.wait(self.interval):
+                    return
+            elif self._stop.is_set():
+                return
+            before = self._progress()
             self._poll()
+            if fd is not None and self._progress() == before and self._stop.wait(self.interval):
+                return
+
+    def _progress(self) -> tuple[int | None, int, int]:
+        """What a read that found something moves (the cursor's ``taken`` moves on every read)."""
+        with self._lock:
+            return self._cursor.seq, len(self._lines), self._lost
+
+    def _readable(self, fd: int) -> bool:
+        """Block until ``fd`` or the wake pipe is readable; False when that wait worked, True
+        when it could not be waited on (then the caller sleeps an interval)."""
+        assert self._wake is not None
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.register(self._wake[0], select.POLLIN)
+        try:
+            poller.poll()
+        except OSError:
+            return True
+        return False
 
     @property
     def events(self) -> tuple[XidEvent, ...]:
@@ -912,8 +1045,14 @@ class Follower:
     def stop(self) -> ReadResult:
         """Stop following; drain what is left; return everything since the start cursor."""
         self._stop.set()
+        if self._wake is not None:
+            os.write(self._wake[1], b"x")
         if self._thread is not None:
             self._thread.join()
+        if self._wake is not None:
+            for end in self._wake:
+                os.close(end)
+            self._wake = None
         self._poll(final=True)
         with self._lock:
             return ReadResult(tuple(self._lines), tuple(self._events), self._lost, self._cursor, self.source.name,

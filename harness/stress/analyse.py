@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from faulthunt.errors import ExitCode, FaulthuntError
 from faulthunt.records.codec import convert
 from faulthunt.records.documents import XidLine
@@ -34,8 +36,7 @@ from faulthunt.stress.output import PytestOutput
 INTERRUPTED = "interrupted"
 
 
-@dataclasses.dataclass(frozen=True)
-class StressResult:
+class StressResult(msgspec.Struct, frozen=True):
     run_dir: Path
     summary: dict[str, Any]
     exit_status: int
@@ -276,4 +277,4 @@ def save(result: StressResult, got: Collected, warn: Callable[[str], None]) -> S
         except DiskFullError as exc:
             summary["disk_full"].append(exc.message)
             warn(f"mapping fault addresses: {exc.message}")
-    return dataclasses.replace(result, exit_status=exit_status)
+    return msgspec.structs.replace(result, exit_status=exit_status)

@@ -9,7 +9,6 @@ written); everything else is in the run directory for the analysis to read.
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import sys
 import threading
@@ -19,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from faulthunt.errors import FaulthuntError
 from faulthunt.records.documents import RunInfo
@@ -36,8 +37,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 OUTPUT_GRACE_S = 5.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Collected:
+class Collected(msgspec.Struct, frozen=True):
     """What only the live run knew; the rest is in the run directory."""
 
     run_dir: Path
@@ -344,7 +344,7 @@ def _open_run(plan: Plan, warn: Callable[[str], None]) -> tuple[Path, RunInfo]:
     (run_dir / Layout.HANGS_DIR).mkdir(exist_ok=True)
     run_info = RunInfo.begin(run_dir.name, kind="stress", cwd=str(cwd),
                              pytest_args=opts.pytest_args, pytest_argv=plan.argv,
-                             options=dataclasses.asdict(opts))
+                             options=msgspec.structs.asdict(opts))
     # no fsync for what is written before and during the run: the rename keeps readers safe,
     # and a machine crash would lose the unsynced worker records anyway
     write_run_info(run_dir, run_info, fsync=False)

@@ -7,12 +7,13 @@ happens. :func:`build_pytest_argv` and :func:`build_env` are pure.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from faulthunt.errors import FaulthuntError, UsageError
 from faulthunt.nodeids import pytest_selection
@@ -30,8 +31,7 @@ _VALUE_OPTIONS = frozenset({
 })
 
 
-@dataclasses.dataclass(frozen=True)
-class StressOptions:
+class StressOptions(msgspec.Struct, frozen=True):
     """What ``faulthunt stress`` was asked to do (see docs/stress.md)."""
 
     pytest_args: tuple[str, ...] = ()     # positional args and anything after `--`
@@ -56,8 +56,7 @@ class StressOptions:
     guard: str | None = None              # guard mode spec (FAULTHUNT_GUARD; docs/guard.md)
 
 
-@dataclasses.dataclass(frozen=True)
-class Timeout:
+class Timeout(msgspec.Struct, frozen=True):
     """The per-test timeout a run uses and where it came from (said in summary.json)."""
 
     seconds: float | None                 # None: off
@@ -72,8 +71,7 @@ class Timeout:
         return f"per-test timeout {self.seconds:g} s ({where}; --timeout 0 turns it off)"
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     """A checked stress run: the options, the pytest command and what checking found."""
 
     opts: StressOptions
@@ -297,7 +295,7 @@ def check_ledger(opts: StressOptions, warn: Callable[[str], None],
         return opts
     warn(f"--ledger cupti: CUPTI is unavailable ({why}); falling back to --ledger auto "
          "(framework allocations only, no launch records)")
-    return dataclasses.replace(opts, ledger="auto")
+    return msgspec.structs.replace(opts, ledger="auto")
 
 
 #: files that only a run writes: a directory holding one of them holds an earlier run

@@ -33,17 +33,20 @@ PREFIX = 4096
 #: collection errors kept by name (the rest are counted)
 KEEP_ERRORS = 20
 
-_TOTAL_RES = (re.compile(r"\[(\d+) items?\]"), re.compile(r"collected (\d+) items?"))
-_COLLECT_HEAD = re.compile(r"^_+ ERROR collecting (?P<path>.+?) _+$")
-_SECTION_HEAD = re.compile(r"^_{3,} .+ _{3,}$")
-_SHORT_ERROR = re.compile(r"^ERROR (?P<path>\S+)(?: - (?P<msg>.*))?$")
-_FINAL = re.compile(r"^=+ (?P<text>.*\bin [\d.]+s\b.*?) =+$")
-_INTERRUPTED = re.compile(r"Interrupted: (?P<n>\d+) errors? during collection")
+# Pattern sources, compiled (and kept) by the re module's cache at their first use: each use
+# below is behind a plain test of what its pattern needs (a prefix, a word), so a healthy run's
+# output compiles none of them (about 4 M instructions of the stress parent's start-up).
+_TOTAL_RES = (r"\[(\d+) items?\]", r"collected (\d+) items?")
+_COLLECT_HEAD = r"_+ ERROR collecting (?P<path>.+?) _+$"
+_SECTION_HEAD = r"_{3,} .+ _{3,}$"
+_SHORT_ERROR = r"ERROR (?P<path>\S+)(?: - (?P<msg>.*))?$"
+_FINAL = r"=+ (?P<text>.*\bin [\d.]+s\b.*?) =+$"
+_INTERRUPTED = r"Interrupted: (?P<n>\d+) errors? during collection"
 #: pytest could not import a conftest.py it loads before collecting (exit 4, no summary line)
-_CONFTEST = re.compile(r"^ImportError while loading conftest (?P<path>'.+'|\".+\")\.$")
-_USAGE = re.compile(r"^(?:\S.*?: )?error: (?P<msg>.+)$")
+_CONFTEST = r"ImportError while loading conftest (?P<path>'.+'|\".+\")\.$"
+_USAGE = r"(?:\S.*?: )?error: (?P<msg>.+)$"
 # anywhere in a line: a worker's message may follow pytest's progress dots (-s)
-_DISK_FULL = re.compile(r"faulthunt(?: [a-z]+)?: (?P<msg>disk full at .+)$")
+_DISK_FULL = r"faulthunt(?: [a-z]+)?: (?P<msg>disk full at .+)$"
 
 
 def redact_lines(text: str) -> str:
@@ -71,8 +74,10 @@ def redact_lines(text: str) -> str:
 
 def parse_total(line: str) -> int | None:
     """Number of tests from pytest/xdist's collection line."""
+    if "item" not in line:  # what both patterns need
+        return None
     for rx in _TOTAL_RES:
-        m = rx.search(line)
+        m = re.search(rx, line)
         if m:
             return int(m.group(1))
     return None
@@ -106,14 +111,15 @@ class PytestOutput:
         line = line[:PREFIX].rstrip()
         if self.total is None:
             self.total = parse_total(line)
-        head = _COLLECT_HEAD.match(line)
+        head = re.match(_COLLECT_HEAD, line) if line.startswith("_") else None
         if head:
             self._collecting = head["path"]
             if "::" in head["path"] and len(self._headed) < 10_000:
                 self._headed.add(head["path"])
             self._add_error(head["path"], None)
             return
-        if _SECTION_HEAD.match(line):  # another section ("ERROR at setup of t.py::test_a")
+        # another section ("ERROR at setup of t.py::test_a")
+        if line.startswith("___") and re.match(_SECTION_HEAD, line):
             self._collecting = None
             return
         if line.startswith(("ImportError while", "E   ")) and self._conftest(line):
@@ -125,7 +131,7 @@ class PytestOutput:
         if line.startswith("ERROR: "):
             self._keep(self.errors, line[len("ERROR: "):])
             return
-        short = _SHORT_ERROR.match(line)
+        short = re.match(_SHORT_ERROR, line) if line.startswith("ERROR ") else None
         if short and self._is_collector(short["path"]):
             self._add_error(short["path"], short["msg"])
             return
@@ -136,7 +142,7 @@ class PytestOutput:
         the path and the exception's line (the first ``E   `` line not indented further: a
         SyntaxError's quoted source comes first)."""
         if self.conftest_error is None:
-            m = _CONFTEST.match(line)
+            m = re.match(_CONFTEST, line) if line.startswith("ImportError while") else None
             if m:
                 self.conftest_error = (m["path"][1:-1], None)
             return m is not None
@@ -153,13 +159,13 @@ class PytestOutput:
             text = line[len("INTERNALERROR>"):].strip()
             if text:
                 self.internal_error = text
-        elif m := _INTERRUPTED.search(line):
+        elif "Interrupted: " in line and (m := re.search(_INTERRUPTED, line)):
             self.interrupted_errors = int(m["n"])
-        elif m := _FINAL.match(line):
+        elif line.startswith("=") and (m := re.match(_FINAL, line)):
             self.final = m["text"]
-        elif m := _DISK_FULL.search(line):
+        elif "disk full at " in line and (m := re.search(_DISK_FULL, line)):
             self._keep(self.disk_full, m["msg"])
-        elif self.errors and (m := _USAGE.match(line)):
+        elif self.errors and (m := re.match(_USAGE, line)):
             # argparse's "python -m pytest: error: unrecognized arguments: --bogus" follows
             # pytest's "ERROR: usage: ..." line
             self._keep(self.errors, m["msg"])
