@@ -37,7 +37,6 @@ from collections.abc import Callable
 from typing import Any
 
 from faulthunt import context
-from faulthunt.records.events import ChildProcess
 
 #: env: seconds between polls of a worker's descendants while a test runs (0: no polling)
 POLL_ENV = "FAULTHUNT_CHILD_POLL_S"
@@ -184,9 +183,11 @@ def children_file_available(pid: int) -> bool:
 
 
 class ChildWatch:
-    """Records the descendants of this worker process as ``child`` events."""
+    """Records the descendants of this worker process as ``child`` events: ``write`` gets each
+    one's fields (:class:`faulthunt.records.events.ChildProcess`'s, as a dict; the recorder
+    writes them with :func:`faulthunt.records.lines.event_line`)."""
 
-    def __init__(self, write: Callable[[ChildProcess], None], *, worker: str, pid: int,
+    def __init__(self, write: Callable[[dict[str, Any]], None], *, worker: str, pid: int,
                  poll_s: float = DEFAULT_POLL_S) -> None:
         self._write = write
         self.worker = worker
@@ -237,11 +238,11 @@ class ChildWatch:
         self._names[child] = name
         self._first_seen.setdefault(child, time.monotonic())
         try:
-            self._write(ChildProcess(
-                worker=self.worker, pid=self.pid, child_pid=child,
-                parent_pid=parent if parent is not None else os.getpid(), name=name,
-                how=how, nodeid=nodeid, base_nodeid=base if nodeid is not None else None,
-                t=time.time(), t_mono=time.monotonic()))
+            self._write({
+                "worker": self.worker, "pid": self.pid, "child_pid": child,
+                "parent_pid": parent if parent is not None else os.getpid(), "name": name,
+                "how": how, "nodeid": nodeid, "base_nodeid": base if nodeid is not None else None,
+                "t": time.time(), "t_mono": time.monotonic()})
         except Exception:  # noqa: BLE001 - a test's subprocess call must never fail on us
             pass
 

@@ -184,12 +184,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Repeater(), "faulthunt-repeat")
     if run_dir is None:
         return
-    from faulthunt.recorder import ControllerRecorder, WorkerRecorder
-    from faulthunt.rundir import Layout
+    from faulthunt.recorder import EVENTS_DIR, ControllerRecorder, WorkerRecorder
 
     # Workers spawned later by xdist inherit the environment: the one channel we need.
     os.environ[RUN_DIR_ENV] = str(run_dir)
-    (run_dir / Layout.EVENTS_DIR).mkdir(parents=True, exist_ok=True)
+    (run_dir / EVENTS_DIR).mkdir(parents=True, exist_ok=True)
     is_worker = hasattr(config, "workerinput")
     # Not has_plugin("dsession"): xdist registers it in its own trylast pytest_configure, which
     # may run after ours. Its condition is this one (xdist/plugin.py).

@@ -50,7 +50,7 @@ from faulthunt.records.events import (ControllerEvent, OtherEvent, SessionStart,
                                       decode_controller_event, decode_worker_event)
 # the append-only file and its full-disk words live with the light line writer (the pytest
 # processes of a run write through it without this module); named here as before
-from faulthunt.records.lines import FULL_ERRNOS as FULL_ERRNOS  # noqa: F401
+from faulthunt.records.lines import FULL_ERRNOS as FULL_ERRNOS
 from faulthunt.records.lines import LineWriter, disk_full_text, is_full
 
 if TYPE_CHECKING:

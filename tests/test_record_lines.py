@@ -110,7 +110,7 @@ def test_a_lone_surrogate_as_jsonlwriter_writes_it(tmp_path: Path) -> None:
 def test_bad_fields_are_said() -> None:
     with pytest.raises(TypeError, match="missing required field 'nodeid'"):
         lines.event_line("start", {"worker": "gw0"})
-    with pytest.raises(TypeError, match="unexpected field.*bogus"):
+    with pytest.raises(TypeError, match=r"unexpected field.*bogus"):
         lines.event_line("start", {"nodeid": "t", "bogus": 1})
     with pytest.raises(TypeError, match="cannot hold"):
         lines.event_line("start", {"nodeid": object()})

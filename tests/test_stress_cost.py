@@ -95,10 +95,13 @@ def test_a_worker_with_guard_mode_still_installs_it(tmp_path: Path) -> None:
 
 
 def test_plugin_names_the_run_directory_variable_and_the_id_option_of_their_modules() -> None:
-    from faulthunt import nodeids, plugin, rundir
+    from faulthunt import nodeids, plugin, recorder, rundir
 
     assert plugin.RUN_DIR_ENV == rundir.RUN_DIR_ENV
     assert plugin.SELECT_OPTION == nodeids.SELECT_OPTION
+    # the recorder names the run directory's files without importing its readers
+    for name in ("EVENTS_DIR", "CONTROLLER", "LEDGER_DIR", "HANGS_DIR", "FAULTHANDLER_DIR"):
+        assert getattr(recorder, name) == getattr(rundir.Layout, name), name
 
 
 #: what the plugin's processes import, written by a test (msgspec stands for the records)
@@ -131,9 +134,10 @@ def test_a_worker_imports_redaction_and_sticky_patterns_only_for_a_failure(tmp_p
     run = tmp_path / "run"
     modules = _imported(tmp_path, {"FAULTHUNT_RUN_DIR": str(run), "FAULTHUNT_LEDGER": "off"},
                         "-p", "xdist", "-n", "1")
-    assert {"faulthunt.recorder", "faulthunt.rundir", "msgspec"} <= modules  # it records
-    assert not {"faulthunt.redact", "faulthunt.cudaerrors", "faulthunt.identity",
-                "doctest"} & modules
+    assert {"faulthunt.recorder", "faulthunt.records.lines"} <= modules  # it records
+    # ... through the light line writer: no msgspec, no record types, no run directory readers
+    assert not {"faulthunt.redact", "faulthunt.cudaerrors", "faulthunt.identity", "doctest",
+                "msgspec", "faulthunt.records.events", "faulthunt.rundir"} & modules
     from faulthunt.rundir import RunDir
 
     assert [s.outcome for s in RunDir(run).spans()] == ["passed"]
