@@ -153,28 +153,17 @@ _WAKE_ABI = 1
 
 
 def wake_library() -> Any:
-    """The compiled clock (``_childwake.c``) with its prototypes set, or None: not built (no
-    compiler at install), another build, or :data:`WAKE_ENV` asks for Python. Loaded with ctypes:
-    it has no Python module in it."""
+    """The compiled clock (``_childwake.c``, an extension module), or None: not built (no
+    compiler at install), another build, or :data:`WAKE_ENV` asks for Python."""
     if os.environ.get(WAKE_ENV) == "python":
         return None
-    import ctypes
-    import importlib.util
-
     try:
-        spec = importlib.util.find_spec("faulthunt._childwake")
-        if spec is None or not spec.origin:
-            return None
-        lib = ctypes.CDLL(spec.origin)
-        lib.cw_abi.restype = ctypes.c_int
-        if lib.cw_abi() != _WAKE_ABI:
-            return None
-    except (OSError, AttributeError, ImportError, ValueError):
+        from faulthunt import _childwake  # type: ignore[attr-defined]
+    except ImportError:
         return None
-    lib.cw_start.argtypes, lib.cw_start.restype = [ctypes.c_int, ctypes.c_int64], ctypes.c_int
-    lib.cw_stop.argtypes, lib.cw_stop.restype = [], None
-    lib.cw_has_children.argtypes, lib.cw_has_children.restype = [], ctypes.c_int
-    return lib
+    if getattr(_childwake, "cw_abi", lambda: None)() != _WAKE_ABI:
+        return None
+    return _childwake
 
 
 def children_file_available(pid: int) -> bool:

@@ -11,9 +11,11 @@ Imports here are what every active process needs; what only a failure, a hang or
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -448,8 +450,6 @@ class WorkerRecorder:
         """Take over pytest-timeout's thread method: dump stacks, record ``hung``, then end."""
         if getattr(settings, "method", None) != "thread":
             return None  # signal method: pytest-timeout's own (it fails the test, no dump)
-        from faulthunt.supervise import HangWatchdog
-
         watchdog = HangWatchdog(float(settings.timeout), lambda: self._on_hang(item, settings))
         item.cancel_timeout = watchdog.cancel  # type: ignore[attr-defined]  # pytest-timeout calls it
         watchdog.start()
@@ -591,6 +591,110 @@ def _combine(reports: list[tuple[pytest.TestReport, str | None, str | None]]) ->
         # setup passed and no call report: the test was stopped (KeyboardInterrupt, pytest.exit)
         outcome = "interrupted"
     return _Run(outcome, "\n".join(texts) if texts else None, message, reruns)
+
+
+# --- the hang watchdog (here, not in faulthunt.supervise: every worker arms it, and supervise's
+# dumps, py-spy and process trees are needed only when a test hangs) ---------------------------
+
+class _Watcher:
+    """One daemon thread per process that calls the armed test's ``on_hang`` at its deadline.
+
+    A thread per test (pytest-timeout's own thread method, and this module's first watchdog)
+    costs a thread start and join per test, 0.3 ms of CPU on the 2-core dev machine: 7% of a
+    CPU-bound stress run's tests. Arming and disarming this one is a lock, and wakes the thread
+    only when it must look sooner than it already will: the thread sleeps until the latest
+    deadline it knows of, then looks at what is armed by then. With one timeout for every test
+    each new deadline lies after the one it sleeps to, so a test wakes nothing (it was two
+    thread switches a test); a disarmed test is found disarmed when the thread next wakes.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._armed: tuple[float, int, Callable[[], None]] | None = None
+        self._token = 0
+        self._firing: int | None = None
+        self._fired = threading.Event()
+        self._pid: int | None = None
+        #: the monotonic time the thread will look again by itself (inf: only when notified)
+        self._wake = math.inf
+        #: the latest deadline ever armed: with nothing armed the thread sleeps until then, so
+        #: that the next test (whose deadline lies after it) need not wake it
+        self._latest = -math.inf
+        #: notifications sent (tests count them: none per test when the deadlines only grow)
+        self.notified = 0
+
+    def arm(self, timeout: float, on_hang: Callable[[], None]) -> int:
+        with self._cond:
+            if self._pid != os.getpid():  # first use, or a forked child: no thread here yet
+                self._pid = os.getpid()
+                self._wake = math.inf
+                threading.Thread(target=self._run, name="faulthunt-hang-watchdog",
+                                 daemon=True).start()
+            self._token += 1
+            deadline = time.monotonic() + timeout
+            self._armed = (deadline, self._token, on_hang)
+            self._latest = max(self._latest, deadline)
+            if deadline < self._wake:
+                self.notified += 1
+                self._cond.notify()
+            return self._token
+
+    def disarm(self, token: int) -> None:
+        with self._cond:
+            if self._armed is not None and self._armed[1] == token:
+                self._armed = None  # the thread finds nothing armed when it next looks
+                return
+            firing = self._firing == token
+        if firing and threading.current_thread().name != "faulthunt-hang-watchdog":
+            self._fired.wait(5)  # on_hang is dumping stacks and ends the process
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._armed is None:
+                        idle = self._latest - time.monotonic()
+                        self._wake = self._latest if idle > 0 else math.inf
+                        self._cond.wait(idle if idle > 0 else None)
+                        continue
+                    deadline, token, on_hang = self._armed
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._wake = deadline
+                    self._cond.wait(left)
+                self._armed = None
+                self._firing = token
+                self._wake = math.inf
+            try:
+                on_hang()
+            finally:
+                self._fired.set()
+
+
+_WATCHER = _Watcher()
+
+
+class HangWatchdog:
+    """A per-test timer: on expiry call ``on_hang`` (which dumps and ends) from another thread.
+
+    Thread method on purpose: a SIGALRM handler never runs while the main thread sits inside a
+    CUDA synchronize (seen on the H200), a second thread does. One thread serves every test of a
+    process (:class:`_Watcher`).
+    """
+
+    def __init__(self, timeout: float, on_hang: Callable[[], None]) -> None:
+        self.timeout = timeout
+        self._on_hang = on_hang
+        self._token: int | None = None
+
+    def start(self) -> None:
+        self._token = _WATCHER.arm(self.timeout, self._on_hang)
+
+    def cancel(self) -> None:
+        if self._token is not None:
+            _WATCHER.disarm(self._token)
+            self._token = None
 
 
 # --- controller side ---------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from faulthunt.rundir import JsonlWriter
 
 
 def test_watchdog_wakes_its_thread_once_for_a_run_of_tests() -> None:
-    from faulthunt.supervise import _Watcher
+    from faulthunt.recorder import _Watcher
 
     watcher = _Watcher()
     watcher.disarm(watcher.arm(300.0, lambda: None))  # the first test starts the thread
@@ -43,7 +43,7 @@ def test_watchdog_wakes_its_thread_once_for_a_run_of_tests() -> None:
 
 
 def test_watchdog_still_fires_an_earlier_deadline_and_not_a_disarmed_one() -> None:
-    from faulthunt.supervise import _Watcher
+    from faulthunt.recorder import _Watcher
 
     watcher = _Watcher()
     fired: list[str] = []

@@ -501,9 +501,18 @@ def test_the_compiled_clock_answers_as_waitid_does():
 
 
 def test_a_missing_or_foreign_clock_library_means_python(monkeypatch):
-    import importlib.util
+    import sys
+    import types
 
+    import faulthunt
     from faulthunt import children
 
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.delattr(faulthunt, "_childwake", raising=False)  # as in a process that never imported it
+    monkeypatch.setitem(sys.modules, "faulthunt._childwake", None)  # not built: ImportError
+    assert children.wake_library() is None
+    foreign = types.ModuleType("faulthunt._childwake")
+    foreign.cw_abi = lambda: children._WAKE_ABI + 1  # type: ignore[attr-defined]
+    monkeypatch.setattr(faulthunt, "_childwake", foreign, raising=False)  # another build
+    assert children.wake_library() is None
+    monkeypatch.setattr(faulthunt, "_childwake", types.ModuleType("x"))  # no cw_abi
     assert children.wake_library() is None
