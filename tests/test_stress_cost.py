@@ -104,7 +104,8 @@ def test_plugin_names_the_run_directory_variable_and_the_id_option_of_their_modu
         assert getattr(recorder, name) == getattr(rundir.Layout, name), name
 
 
-#: what the plugin's processes import, written by a test (msgspec stands for the records)
+#: what the plugin's processes import, written by a test (msgspec stands for the records), and
+#: the loader of each faulthunt module
 IMPORTED = textwrap.dedent('''
     import json, sys
 
@@ -112,6 +113,9 @@ IMPORTED = textwrap.dedent('''
         with open("modules.json", "w") as fh:
             json.dump(sorted(m for m in sys.modules
                              if m.startswith(("faulthunt", "msgspec", "doctest"))), fh)
+        with open("loaders.json", "w") as fh:
+            json.dump({m: type(getattr(sys.modules[m], "__loader__", None)).__name__
+                       for m in sys.modules if m.startswith("faulthunt")}, fh)
 ''')
 
 
@@ -141,6 +145,22 @@ def test_a_worker_imports_redaction_and_sticky_patterns_only_for_a_failure(tmp_p
     from faulthunt.rundir import RunDir
 
     assert [s.outcome for s in RunDir(run).spans()] == ["passed"]
+    # faulthunt's own modules, past the plugin, load from their .pyc, not through pytest's
+    # assertion rewriter (plugin._PlainFinder); the plugin itself is pytest's to load
+    loaders = json.loads((tmp_path / "loaders.json").read_text())
+    assert loaders["faulthunt.recorder"] == loaders["faulthunt.records.lines"] == "SourceFileLoader"
+    assert loaders["faulthunt.plugin"] == "AssertionRewritingHook"
+
+
+def test_the_plain_finder_leaves_test_modules_and_the_kernels_suite_to_pytest() -> None:
+    import faulthunt
+    from faulthunt.plugin import _PlainFinder
+
+    path = list(faulthunt.__path__)
+    assert _PlainFinder.find_spec("faulthunt.recorder", path) is not None
+    for name in ("faulthunt.kernels", "faulthunt.kernels.suite.test_planted", "faulthunt.conftest",
+                 "faulthunt.test_x", "faulthunt", "pytest", "faulthunt.nosuchmodule"):
+        assert _PlainFinder.find_spec(name, path) is None, name
 
 
 QUIET = textwrap.dedent('''
