@@ -219,7 +219,7 @@ def _sticky_record(match: Any) -> dict[str, Any]:
 
     from faulthunt.records.events import StickyError
 
-    return msgspec.to_builtins(msgspec.convert(match.to_json(), StickyError))  # type: ignore[no-any-return]
+    return msgspec.to_builtins(msgspec.convert(match.to_json(), StickyError))
 
 
 def _warn(msg: str) -> None:

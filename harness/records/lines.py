@@ -78,17 +78,18 @@ NESTED_FIELDS: dict[str, tuple[tuple[str, Any], ...]] = {
     "NotRepeated": (("nodeid", _NO), ("why", "")),
 }
 
-_string = json.encoder.encode_basestring  # type: ignore[attr-defined]  # C, ensure_ascii=False
+_string = json.encoder.encode_basestring  # C, ensure_ascii=False
 _float_repr = float.__repr__
-_INF = float("inf")
 
 
 def _float(x: float) -> str:
     """msgspec's notation of a float: repr's digits; fixed from 1e-5 to 1e16, else ``1e16``,
     ``1.5e-7`` (no ``+``, no leading zero in the exponent); not finite: ``null``."""
     text = _float_repr(x)
-    if "e" not in text:
-        return text if x != _INF and x != -_INF and x == x else "null"
+    if "e" not in text and "n" not in text:  # fixed notation as both write it (not inf, nan)
+        return text
+    if "n" in text:
+        return "null"
     mantissa, _, exp = text.partition("e")
     power = int(exp)
     if power != -5:  # repr goes fixed from 1e-4, msgspec from 1e-5
@@ -102,7 +103,7 @@ def _value(v: Any) -> str:
     """One JSON value as msgspec writes it (the types records hold)."""
     kind = type(v)
     if kind is str:
-        return _string(v)  # type: ignore[no-any-return]
+        return _string(v)
     if v is None:
         return "null"
     if kind is bool:
@@ -116,7 +117,7 @@ def _value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(_value(x) for x in v) + "]"
     if isinstance(v, str):
-        return _string(v)  # type: ignore[no-any-return]
+        return _string(v)
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -154,31 +155,33 @@ def nested_from(kind: str, values: dict[str, Any]) -> dict[str, Any]:
     return nested(kind, **{name: values[name] for name, _ in NESTED_FIELDS[kind] if name in values})
 
 
-#: tag -> ((field, '","field":' prefix, default), ...): the table, ready for the hot path
-_LINES = {tag: tuple((name, f",{_string(name)}:", default) for name, default in spec)
-          for tag, spec in EVENT_FIELDS.items()}
+#: how each plain type is written, by exact type: C functions all but floats (``"null".format``
+#: ignores its argument; a bool indexes the pair)
+_BY_TYPE: dict[type, Callable[[Any], str]] = {
+    str: _string, int: int.__repr__, float: _float, type(None): "null".format,
+    bool: ("false", "true").__getitem__}
+
+#: tag -> (the line with a ``%s`` for each field's value, the fields' names): the hot path
+_TEMPLATES = {tag: ('{"event":' + _string(tag).replace("%", "%%") + "".join(
+    f",{_string(name)}:%s" for name, _ in spec) + "}\n", tuple(name for name, _ in spec))
+    for tag, spec in EVENT_FIELDS.items()}
 
 
 def event_line(tag: str, values: dict[str, Any]) -> bytes:
     """The JSON line (with its newline) of the event ``tag`` with ``values``: what
     ``msgspec.json.encode`` of its Struct writes, and :class:`faulthunt.rundir.JsonlWriter`."""
-    parts = ['{"event":', _string(tag)]
-    used = 0
-    for name, prefix, default in _LINES[tag]:  # a default is only read here: no copy
-        value = values.get(name, _NO)
-        if value is _NO:
-            if default is _NO:
-                raise TypeError(f"{tag}: missing required field {name!r}")
-            value = default
-        else:
-            used += 1
-        parts.append(prefix)
-        parts.append(_value(value))
-    if used != len(values):
-        _fields(EVENT_FIELDS[tag], values, tag)  # says which field is unknown
-    parts.append("}\n")
+    template, names = _TEMPLATES[tag]
+    if len(values) != len(names):  # some fields left at their defaults (or an unknown one)
+        values = _fields(EVENT_FIELDS[tag], values, tag)
+    by_type = _BY_TYPE
+    try:  # every test writes two lines: one C call a plain value, no loop of ours around it
+        text = template % tuple([(by_type.get(type(v)) or _value)(v)
+                                 for v in map(values.__getitem__, names)])
+    except KeyError:  # as many values as fields, but not these: an unknown one
+        values = _fields(EVENT_FIELDS[tag], values, tag)
+        text = template % tuple([_value(values[name]) for name in names])
     try:
-        return "".join(parts).encode("utf-8")
+        return text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (an undecodable file name): escaped, as JsonlWriter
         return (json.dumps({"event": tag, **_fields(EVENT_FIELDS[tag], values, tag)})
                 + "\n").encode("utf-8")
