@@ -25,7 +25,8 @@ import pytest
 
 from faulthunt import context
 from faulthunt.plugin import _REPEATED, GUARD_ENV, LEDGER_ENV
-from faulthunt.records.lines import LineWriter, nested
+from faulthunt.records.lines import (CONTROLLER, EVENTS_DIR, FAULTHANDLER_DIR, HANGS_DIR,
+                                     LEDGER_DIR, LineWriter, nested)
 from faulthunt.repeat import BASE_KEY, REPEAT_PARAM, RepeatResult, repeat_count
 
 if TYPE_CHECKING:
@@ -38,13 +39,6 @@ EXIT_RECYCLE = 75
 HANG_EXIT_WAIT_S = 120.0
 #: exit status of a worker ended by the hang watchdog (as timeout(1))
 EXIT_HUNG = 124
-# The run directory's names (faulthunt.rundir.Layout, named here so that a recording process
-# never imports the run directory's readers; a test pins them equal)
-EVENTS_DIR = "events"
-CONTROLLER = "controller.jsonl"
-LEDGER_DIR = "ledger"
-HANGS_DIR = "hangs"
-FAULTHANDLER_DIR = "faulthandler"
 #: characters of a failure's text kept in the worker's ``end`` record (head and tail)
 _LONGREPR_LIMIT = 8000
 #: characters of each captured section and failure text a worker sends the controller (head

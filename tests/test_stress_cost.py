@@ -95,13 +95,14 @@ def test_a_worker_with_guard_mode_still_installs_it(tmp_path: Path) -> None:
 
 
 def test_plugin_names_the_run_directory_variable_and_the_id_option_of_their_modules() -> None:
-    from faulthunt import nodeids, plugin, recorder, rundir
+    from faulthunt import nodeids, plugin, rundir
+    from faulthunt.records import lines
 
     assert plugin.RUN_DIR_ENV == rundir.RUN_DIR_ENV
     assert plugin.SELECT_OPTION == nodeids.SELECT_OPTION
-    # the recorder names the run directory's files without importing its readers
+    # a recording process names the run directory's files without importing its readers
     for name in ("EVENTS_DIR", "CONTROLLER", "LEDGER_DIR", "HANGS_DIR", "FAULTHANDLER_DIR"):
-        assert getattr(recorder, name) == getattr(rundir.Layout, name), name
+        assert getattr(lines, name) == getattr(rundir.Layout, name), name
 
 
 #: what the plugin's processes import, written by a test (msgspec stands for the records), and

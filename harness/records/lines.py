@@ -29,6 +29,14 @@ from typing import Any
 
 _NO = object()  # a required field (no default)
 
+# What a recording process writes in the run directory (faulthunt.rundir.Layout's names, here
+# so that it need not import the run directory's readers; a test pins them equal)
+EVENTS_DIR = "events"
+CONTROLLER = "controller.jsonl"
+LEDGER_DIR = "ledger"
+HANGS_DIR = "hangs"
+FAULTHANDLER_DIR = "faulthandler"
+
 #: fields every event carries, first
 _EVENT = (("worker", None), ("pid", None), ("t", None), ("t_mono", None))
 
