@@ -26,7 +26,7 @@ import pytest
 from faulthunt import context
 from faulthunt.plugin import _REPEATED, GUARD_ENV, LEDGER_ENV
 from faulthunt.records.lines import (CONTROLLER, EVENTS_DIR, FAULTHANDLER_DIR, HANGS_DIR,
-                                     LEDGER_DIR, LineWriter, nested)
+                                     LEDGER_DIR, LineWriter, TestLines, nested)
 from faulthunt.repeat import BASE_KEY, REPEAT_PARAM, RepeatResult, repeat_count
 
 if TYPE_CHECKING:
@@ -254,6 +254,7 @@ class WorkerRecorder:
         # on_full: a full disk drops (counts, says) records instead of failing the test run
         self.events = LineWriter(run_dir / EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl",
                                  on_full=_warn)
+        self._lines = TestLines(self.worker, self.pid, self.device)  # every test's two lines
         #: the sticky error (its record) that poisoned this process's CUDA context
         self.poisoned: dict[str, Any] | None = None
         self.poisoned_by: str | None = None
@@ -364,8 +365,7 @@ class WorkerRecorder:
         if self._subtests:
             self._subtests, self._subtests_failed = {}, []
         t0 = time.monotonic()
-        self.events.event("start", worker=self.worker, pid=self.pid, t=time.time(), t_mono=t0,
-                          nodeid=nodeid, base_nodeid=base, device=self.device)
+        self.events.write_line(self._lines.start(time.time(), t0, nodeid, base))
         context.set_current(nodeid, base)
         try:
             result = yield  # a new-style wrapper returns it; an old-style one's return is unused
@@ -394,13 +394,19 @@ class WorkerRecorder:
         if outcome in ("failed", "error") and self.poisoned is not None:
             # The context was already poisoned by an earlier test in this process.
             outcome = "collateral"
-        self.events.event(
-            "end", worker=self.worker, pid=self.pid, t=time.time(), t_mono=time.monotonic(),
-            nodeid=nodeid, base_nodeid=base, outcome=outcome, duration=round(duration, 6),
-            longrepr=longrepr, message=run.message, sticky_cuda_error=sticky,
-            collateral_of=self.poisoned_by if outcome == "collateral" else None,
-            reruns=run.reruns, subtests=self._subtests or None,
-            subtests_failed=self._subtests_failed)
+        if (longrepr is None and run.message is None and sticky is None and not run.reruns
+                and outcome != "collateral" and not self._subtests and not self._subtests_failed):
+            # the usual end (most tests): nothing but the outcome and the times to write
+            self.events.write_line(self._lines.end(time.time(), time.monotonic(), nodeid, base,
+                                                   outcome, round(duration, 6)))
+        else:
+            self.events.event(
+                "end", worker=self.worker, pid=self.pid, t=time.time(), t_mono=time.monotonic(),
+                nodeid=nodeid, base_nodeid=base, outcome=outcome, duration=round(duration, 6),
+                longrepr=longrepr, message=run.message, sticky_cuda_error=sticky,
+                collateral_of=self.poisoned_by if outcome == "collateral" else None,
+                reruns=run.reruns, subtests=self._subtests or None,
+                subtests_failed=self._subtests_failed)
         if sticky is not None and self.poisoned is None:
             self.poisoned, self.poisoned_by = sticky, nodeid
 

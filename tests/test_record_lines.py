@@ -130,3 +130,27 @@ def test_linewriter_lines_read_back(tmp_path: Path) -> None:
     read = RunDir(tmp_path).worker_events()
     assert [type(r).__name__ for r in read] == ["WorkerHello", "TestStart", "TestEnd"]
     assert read[2].outcome == "passed" and RunDir(tmp_path).problems() == ()
+
+
+def test_a_tests_two_lines_are_event_lines_and_msgspecs() -> None:
+    rng = random.Random(8)
+    for worker, pid, device in (("gw0", 4242, None), ("main", 1, "0,1"), ("gw%s", 2**40, "é")):
+        test_lines = lines.TestLines(worker, pid, device)
+        for _ in range(300):
+            t, t_mono, duration = (_random_float(rng) for _ in range(3))
+            nodeid, base, outcome = (rng.choice(ODD_STRINGS) for _ in range(3))
+            start = {"worker": worker, "pid": pid, "t": t, "t_mono": t_mono, "nodeid": nodeid,
+                     "base_nodeid": base, "device": device}
+            end = {"worker": worker, "pid": pid, "t": t, "t_mono": t_mono, "nodeid": nodeid,
+                   "base_nodeid": base, "outcome": outcome, "duration": duration}
+            got = test_lines.start(t, t_mono, nodeid, base)
+            assert got == lines.event_line("start", start)
+            assert got == msgspec.json.encode(events.TestStart(**start)) + b"\n"
+            got = test_lines.end(t, t_mono, nodeid, base, outcome, duration)
+            assert got == lines.event_line("end", end)
+            assert got == msgspec.json.encode(events.TestEnd(**end)) + b"\n"
+    # a lone surrogate takes event_line's way (escaped as JsonlWriter writes it)
+    test_lines = lines.TestLines("gw0", 1, None)
+    assert test_lines.start(1.0, 2.0, "t_\udcff", "b") == lines.event_line(
+        "start", {"worker": "gw0", "pid": 1, "t": 1.0, "t_mono": 2.0, "nodeid": "t_\udcff",
+                  "base_nodeid": "b", "device": None})

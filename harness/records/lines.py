@@ -195,6 +195,45 @@ def event_line(tag: str, values: dict[str, Any]) -> bytes:
                 + "\n").encode("utf-8")
 
 
+class TestLines:
+    """The ``start`` and ``end`` lines of every test in one process, its constant fields (worker,
+    pid, device) written once: :func:`event_line`'s bytes with less Python a test. ``end`` is for
+    the usual end (no failure text, sticky error, reruns or subtests); anything else goes through
+    :func:`event_line`, as does a line with a lone surrogate."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, worker: str | None, pid: int | None, device: str | None) -> None:
+        self._fields = {"worker": worker, "pid": pid}
+        self._device = device
+        head = f'"worker":{_value(worker)},"pid":{_value(pid)}'.replace("%", "%%")
+        self._start = ('{"event":"start",' + head + ',"t":%s,"t_mono":%s,"nodeid":%s,'
+                       '"base_nodeid":%s,"device":' + _value(device).replace("%", "%%") + "}\n")
+        self._end = ('{"event":"end",' + head + ',"t":%s,"t_mono":%s,"nodeid":%s,'
+                     '"base_nodeid":%s,"outcome":%s,"duration":%s,"longrepr":null,'
+                     '"message":null,"sticky_cuda_error":null,"collateral_of":null,"reruns":0,'
+                     '"subtests":null,"subtests_failed":[]}\n')
+
+    def start(self, t: float, t_mono: float, nodeid: str, base_nodeid: str) -> bytes:
+        try:
+            return (self._start % (_float(t), _float(t_mono), _string(nodeid),
+                                   _string(base_nodeid))).encode("utf-8")
+        except (UnicodeEncodeError, TypeError):  # a lone surrogate, or not a str: the long way
+            return event_line("start", {**self._fields, "t": t, "t_mono": t_mono,
+                                        "nodeid": nodeid, "base_nodeid": base_nodeid,
+                                        "device": self._device})
+
+    def end(self, t: float, t_mono: float, nodeid: str, base_nodeid: str, outcome: str,
+            duration: float) -> bytes:
+        try:
+            return (self._end % (_float(t), _float(t_mono), _string(nodeid), _string(base_nodeid),
+                                 _string(outcome), _float(duration))).encode("utf-8")
+        except (UnicodeEncodeError, TypeError):
+            return event_line("end", {**self._fields, "t": t, "t_mono": t_mono, "nodeid": nodeid,
+                                      "base_nodeid": base_nodeid, "outcome": outcome,
+                                      "duration": duration})
+
+
 # --- the file ----------------------------------------------------------------------------------
 
 #: errno values that mean "no room to write": a full disk, a quota, the file size limit
