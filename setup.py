@@ -10,9 +10,9 @@ install still succeeds and the ledger uses its pure-Python route, saying so (doc
 it ``faulthunt.kernlog.parse`` finds the Xid lines in pure Python, with the same result
 (docs/kernlog.md). ``harness/sanitizer/_fold.c`` and ``harness/records/_record_json.c`` are
 CPython extensions built the same way; without them ``sanitize parse`` runs the same loop and
-writes the same JSON in Python (docs/sanitize.md). ``harness/_childwake.c`` (no Python.h, loaded
-with ctypes) is the child-process watch's clock; without it the watch wakes in Python
-(docs/plugin.md).
+writes the same JSON in Python (docs/sanitize.md). ``harness/_childwake.c`` (a CPython extension:
+a worker imports it without ctypes) is the child-process watch's clock; without it the watch wakes
+in Python (docs/plugin.md).
 """
 
 from setuptools import Extension, setup

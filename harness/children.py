@@ -37,7 +37,6 @@ from collections.abc import Callable
 from typing import Any
 
 from faulthunt import context
-from faulthunt.records.events import ChildProcess
 
 #: env: seconds between polls of a worker's descendants while a test runs (0: no polling)
 POLL_ENV = "FAULTHUNT_CHILD_POLL_S"
@@ -154,28 +153,17 @@ _WAKE_ABI = 1
 
 
 def wake_library() -> Any:
-    """The compiled clock (``_childwake.c``) with its prototypes set, or None: not built (no
-    compiler at install), another build, or :data:`WAKE_ENV` asks for Python. Loaded with ctypes:
-    it has no Python module in it."""
+    """The compiled clock (``_childwake.c``, an extension module), or None: not built (no
+    compiler at install), another build, or :data:`WAKE_ENV` asks for Python."""
     if os.environ.get(WAKE_ENV) == "python":
         return None
-    import ctypes
-    import importlib.util
-
     try:
-        spec = importlib.util.find_spec("faulthunt._childwake")
-        if spec is None or not spec.origin:
-            return None
-        lib = ctypes.CDLL(spec.origin)
-        lib.cw_abi.restype = ctypes.c_int
-        if lib.cw_abi() != _WAKE_ABI:
-            return None
-    except (OSError, AttributeError, ImportError, ValueError):
+        from faulthunt import _childwake  # type: ignore[attr-defined]
+    except ImportError:
         return None
-    lib.cw_start.argtypes, lib.cw_start.restype = [ctypes.c_int, ctypes.c_int64], ctypes.c_int
-    lib.cw_stop.argtypes, lib.cw_stop.restype = [], None
-    lib.cw_has_children.argtypes, lib.cw_has_children.restype = [], ctypes.c_int
-    return lib
+    if getattr(_childwake, "cw_abi", lambda: None)() != _WAKE_ABI:
+        return None
+    return _childwake
 
 
 def children_file_available(pid: int) -> bool:
@@ -184,9 +172,11 @@ def children_file_available(pid: int) -> bool:
 
 
 class ChildWatch:
-    """Records the descendants of this worker process as ``child`` events."""
+    """Records the descendants of this worker process as ``child`` events: ``write`` gets each
+    one's fields (:class:`faulthunt.records.events.ChildProcess`'s, as a dict; the recorder
+    writes them with :func:`faulthunt.records.lines.event_line`)."""
 
-    def __init__(self, write: Callable[[ChildProcess], None], *, worker: str, pid: int,
+    def __init__(self, write: Callable[[dict[str, Any]], None], *, worker: str, pid: int,
                  poll_s: float = DEFAULT_POLL_S) -> None:
         self._write = write
         self.worker = worker
@@ -237,11 +227,11 @@ class ChildWatch:
         self._names[child] = name
         self._first_seen.setdefault(child, time.monotonic())
         try:
-            self._write(ChildProcess(
-                worker=self.worker, pid=self.pid, child_pid=child,
-                parent_pid=parent if parent is not None else os.getpid(), name=name,
-                how=how, nodeid=nodeid, base_nodeid=base if nodeid is not None else None,
-                t=time.time(), t_mono=time.monotonic()))
+            self._write({
+                "worker": self.worker, "pid": self.pid, "child_pid": child,
+                "parent_pid": parent if parent is not None else os.getpid(), "name": name,
+                "how": how, "nodeid": nodeid, "base_nodeid": base if nodeid is not None else None,
+                "t": time.time(), "t_mono": time.monotonic()})
         except Exception:  # noqa: BLE001 - a test's subprocess call must never fail on us
             pass
 

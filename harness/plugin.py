@@ -27,6 +27,7 @@ the same gateway spec (and so the same ``CUDA_VISIBLE_DEVICES``).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -184,12 +185,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Repeater(), "faulthunt-repeat")
     if run_dir is None:
         return
-    from faulthunt.recorder import ControllerRecorder, WorkerRecorder
-    from faulthunt.rundir import Layout
+    _load_own_modules_plainly()
+    from faulthunt.recorder import EVENTS_DIR, ControllerRecorder, WorkerRecorder
 
     # Workers spawned later by xdist inherit the environment: the one channel we need.
     os.environ[RUN_DIR_ENV] = str(run_dir)
-    (run_dir / Layout.EVENTS_DIR).mkdir(parents=True, exist_ok=True)
+    (run_dir / EVENTS_DIR).mkdir(parents=True, exist_ok=True)
     is_worker = hasattr(config, "workerinput")
     # Not has_plugin("dsession"): xdist registers it in its own trylast pytest_configure, which
     # may run after ours. Its condition is this one (xdist/plugin.py).
@@ -202,6 +203,30 @@ def pytest_configure(config: pytest.Config) -> None:
                    and not config.getoption("faulthunt_no_recycle", False))
         config.pluginmanager.register(WorkerRecorder(config, run_dir, recycle=recycle),
                                       "faulthunt-worker")
+
+
+class _PlainFinder:
+    """Finds faulthunt's own modules for Python's own loader (their ``.pyc``), ahead of pytest's
+    assertion rewriter: faulthunt holds no tests whose asserts need rewriting, and the rewriter's
+    import costs a recording process several million instructions a module (docs/plugin.md
+    "Start-up cost"). Every other name is left to the finders after it, the rewriter first, and
+    so is ``faulthunt.kernels`` (the planted-fault suite: test modules whose asserts pytest
+    rewrites) and any test module or conftest."""
+
+    @staticmethod
+    def find_spec(name: str, path: Any = None, target: Any = None) -> Any:
+        if not name.startswith("faulthunt.") or path is None or name.startswith(
+                "faulthunt.kernels") or name.rpartition(".")[2].startswith(("test_", "conftest")):
+            return None
+        from importlib.machinery import PathFinder
+
+        return PathFinder.find_spec(name, path)
+
+
+def _load_own_modules_plainly() -> None:
+    """Put :class:`_PlainFinder` first among the import finders (once), in a process of a run."""
+    if not any(isinstance(finder, _PlainFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PlainFinder())
 
 
 class Repeater:

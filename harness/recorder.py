@@ -11,26 +11,26 @@ Imports here are what every active process needs; what only a failure, a hang or
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-import msgspec
-
 from faulthunt import context
 from faulthunt.plugin import _REPEATED, GUARD_ENV, LEDGER_ENV
-from faulthunt.records.events import (Collected, CollectError, Crash, Hang, NotRepeated,
-                                      ProcessInfo, Recycle, Recycled, RecycleLost, RestartLimit,
-                                      SessionFinish, SessionStart, StickyError, SubtestFailure,
-                                      TestEnd, TestStart, WorkerDown, WorkerHello, WorkerUp)
+from faulthunt.records.lines import (CONTROLLER, EVENTS_DIR, FAULTHANDLER_DIR, HANGS_DIR,
+                                     LEDGER_DIR, LineWriter, TestLines, nested)
 from faulthunt.repeat import BASE_KEY, REPEAT_PARAM, RepeatResult, repeat_count
-from faulthunt.rundir import JsonlWriter, Layout, RunDir
+
+if TYPE_CHECKING:
+    from faulthunt.records.events import Recycle, WorkerEvent
 
 #: exit status of a worker that ends itself to shed a poisoned CUDA context (EX_TEMPFAIL)
 EXIT_RECYCLE = 75
@@ -39,8 +39,6 @@ EXIT_RECYCLE = 75
 HANG_EXIT_WAIT_S = 120.0
 #: exit status of a worker ended by the hang watchdog (as timeout(1))
 EXIT_HUNG = 124
-HANGS_DIR = Layout.HANGS_DIR
-FAULTHANDLER_DIR = Layout.FAULTHANDLER_DIR
 #: characters of a failure's text kept in the worker's ``end`` record (head and tail)
 _LONGREPR_LIMIT = 8000
 #: characters of each captured section and failure text a worker sends the controller (head
@@ -193,15 +191,29 @@ def _now() -> dict[str, Any]:
     return {"t": time.time(), "t_mono": time.monotonic()}
 
 
-def _processes(tree: list[dict[str, object]]) -> list[ProcessInfo]:
+def _processes(tree: list[dict[str, object]]) -> list[dict[str, Any]]:
     """psutil's view of a hung worker's processes as records (an odd entry is left out)."""
+    import msgspec  # a hang's path alone: the record type checks each entry
+
+    from faulthunt.records.events import ProcessInfo
+
     out = []
     for proc in tree:
         try:
-            out.append(msgspec.convert(proc, ProcessInfo))
+            out.append(msgspec.to_builtins(msgspec.convert(proc, ProcessInfo)))
         except msgspec.ValidationError:
             continue
     return out
+
+
+def _sticky_record(match: Any) -> dict[str, Any]:
+    """A sticky error's record (``StickyError``) as its event line holds it, checked by the
+    record type as before (a failure's path alone imports msgspec)."""
+    import msgspec
+
+    from faulthunt.records.events import StickyError
+
+    return msgspec.to_builtins(msgspec.convert(match.to_json(), StickyError))
 
 
 def _warn(msg: str) -> None:
@@ -240,22 +252,23 @@ class WorkerRecorder:
         self.recycle = recycle and self.in_xdist
         self.device = os.environ.get("CUDA_VISIBLE_DEVICES")
         # on_full: a full disk drops (counts, says) records instead of failing the test run
-        self.events = JsonlWriter(run_dir / Layout.EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl",
-                                  on_full=_warn)
-        self.poisoned: StickyError | None = None
+        self.events = LineWriter(run_dir / EVENTS_DIR / f"{self.worker}-{self.pid}.jsonl",
+                                 on_full=_warn)
+        self._lines = TestLines(self.worker, self.pid, self.device)  # every test's two lines
+        #: the sticky error (its record) that poisoned this process's CUDA context
+        self.poisoned: dict[str, Any] | None = None
         self.poisoned_by: str | None = None
         self._reports: list[tuple[pytest.TestReport, str | None, str | None]] = []
         self._subtests: dict[str, int] = {}
-        self._subtests_failed: list[SubtestFailure] = []
+        self._subtests_failed: list[dict[str, Any]] = []
         self._base: dict[str, str] = {}
         self._count_of: Callable[[pytest.Item], int] = repeat_count
         self._hangs = 0
         #: set by the hang watchdog's thread: the test's end is written already ("hung")
         self._hanging = False
         context.worker_id = self.worker
-        self.events.write(WorkerHello(worker=self.worker, pid=self.pid, ppid=os.getppid(),
-                                      cuda_visible_devices=self.device, recycle=self.recycle,
-                                      **_now()))
+        self.events.event("worker", worker=self.worker, pid=self.pid, ppid=os.getppid(),
+                          cuda_visible_devices=self.device, recycle=self.recycle, **_now())
         self._fh_file = self._enable_faulthandler()
         self._install_ledger()
         # guard mode (docs/guard.md): after the ledger, whose writer it shares. Its package is
@@ -292,7 +305,7 @@ class WorkerRecorder:
         try:
             from faulthunt import ledger
 
-            ledger.install(self.run_dir / Layout.LEDGER_DIR, mode)
+            ledger.install(self.run_dir / LEDGER_DIR, mode)
         except Exception as exc:  # noqa: BLE001 - a broken ledger must not take the test run down
             _warn(f"ledger install failed ({type(exc).__name__}: {exc}); continuing without it")
 
@@ -305,7 +318,12 @@ class WorkerRecorder:
             _warn(f"{POLL_ENV}={os.environ[POLL_ENV]!r} is not a number of seconds; "
                   f"polling every {DEFAULT_POLL_S}s")
             poll_s = DEFAULT_POLL_S
-        watch = ChildWatch(self.events.write, worker=self.worker, pid=self.pid, poll_s=poll_s)
+        events = self.events
+
+        def write(fields: dict[str, Any]) -> None:
+            events.event("child", **fields)
+
+        watch = ChildWatch(write, worker=self.worker, pid=self.pid, poll_s=poll_s)
         try:
             watch.install()
         except Exception as exc:  # noqa: BLE001 - the run goes on without child records
@@ -321,12 +339,12 @@ class WorkerRecorder:
         self._count_of = _repeat_counts()
         result = self.config.stash.get(_REPEATED, None) or RepeatResult()
         count = self.config.getoption("count", None)
-        self.events.write(Collected(
-            worker=self.worker, pid=self.pid, items=len(session.items),
+        self.events.event(
+            "collected", worker=self.worker, pid=self.pid, items=len(session.items),
             count=count if isinstance(count, int) else result.count,
             repeated=_still_repeated(session.items, result.repeated),
-            not_repeated=[NotRepeated(nodeid=n, why=w) for n, w in result.not_repeated],
-            child_polling=self.children.polling, **_now()))
+            not_repeated=[nested("NotRepeated", nodeid=n, why=w) for n, w in result.not_repeated],
+            child_polling=self.children.polling, **_now())
         if result.not_repeated and self.worker in ("main", "gw0"):
             names = ", ".join(n for n, _ in result.not_repeated[:5])
             _warn(f"{len(result.not_repeated)} test(s) run once, not --count times: {names} "
@@ -347,8 +365,7 @@ class WorkerRecorder:
         if self._subtests:
             self._subtests, self._subtests_failed = {}, []
         t0 = time.monotonic()
-        self.events.write(TestStart(nodeid=nodeid, base_nodeid=base, worker=self.worker,
-                                    pid=self.pid, t=time.time(), t_mono=t0, device=self.device))
+        self.events.write_line(self._lines.start(time.time(), t0, nodeid, base))
         context.set_current(nodeid, base)
         try:
             result = yield  # a new-style wrapper returns it; an old-style one's return is unused
@@ -373,24 +390,30 @@ class WorkerRecorder:
                 # loaded the CUDA driver: it has none to poison
                 if match is not None and (not self.children.started_any(nodeid)
                                           or _cuda_driver_loaded()):
-                    sticky = msgspec.convert(match.to_json(), StickyError)
+                    sticky = _sticky_record(match)
         if outcome in ("failed", "error") and self.poisoned is not None:
             # The context was already poisoned by an earlier test in this process.
             outcome = "collateral"
-        self.events.write(TestEnd(
-            nodeid=nodeid, base_nodeid=base, worker=self.worker, pid=self.pid, t=time.time(),
-            t_mono=time.monotonic(), outcome=outcome, duration=round(duration, 6),
-            longrepr=longrepr, message=run.message, sticky_cuda_error=sticky,
-            collateral_of=self.poisoned_by if outcome == "collateral" else None,
-            reruns=run.reruns, subtests=self._subtests or None,
-            subtests_failed=self._subtests_failed))
+        if (longrepr is None and run.message is None and sticky is None and not run.reruns
+                and outcome != "collateral" and not self._subtests and not self._subtests_failed):
+            # the usual end (most tests): nothing but the outcome and the times to write
+            self.events.write_line(self._lines.end(time.time(), time.monotonic(), nodeid, base,
+                                                   outcome, round(duration, 6)))
+        else:
+            self.events.event(
+                "end", worker=self.worker, pid=self.pid, t=time.time(), t_mono=time.monotonic(),
+                nodeid=nodeid, base_nodeid=base, outcome=outcome, duration=round(duration, 6),
+                longrepr=longrepr, message=run.message, sticky_cuda_error=sticky,
+                collateral_of=self.poisoned_by if outcome == "collateral" else None,
+                reruns=run.reruns, subtests=self._subtests or None,
+                subtests_failed=self._subtests_failed)
         if sticky is not None and self.poisoned is None:
             self.poisoned, self.poisoned_by = sticky, nodeid
 
     def _recycle_before(self, item: pytest.Item) -> None:
         """End this worker before ``item`` runs; xdist restarts it and reschedules ``item``."""
-        self.events.write(Recycle(before=item.nodeid, worker=self.worker, pid=self.pid,
-                                  poisoned_by=self.poisoned_by, error=self.poisoned, **_now()))
+        self.events.event("recycle", worker=self.worker, pid=self.pid, before=item.nodeid,
+                          poisoned_by=self.poisoned_by, error=self.poisoned, **_now())
         self.events.close()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -419,16 +442,14 @@ class WorkerRecorder:
             if kwargs:
                 parts.append("(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")")
             label = _redact(" ".join(parts) or "(<subtest>)")
-            self._subtests_failed.append(SubtestFailure(label=label[:_MESSAGE_LIMIT],
-                                                        message=message))
+            self._subtests_failed.append(nested("SubtestFailure", label=label[:_MESSAGE_LIMIT],
+                                                message=message))
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
         """Take over pytest-timeout's thread method: dump stacks, record ``hung``, then end."""
         if getattr(settings, "method", None) != "thread":
             return None  # signal method: pytest-timeout's own (it fails the test, no dump)
-        from faulthunt.supervise import HangWatchdog
-
         watchdog = HangWatchdog(float(settings.timeout), lambda: self._on_hang(item, settings))
         item.cancel_timeout = watchdog.cancel  # type: ignore[attr-defined]  # pytest-timeout calls it
         watchdog.start()
@@ -449,17 +470,17 @@ class WorkerRecorder:
         stem = f"{self.worker}-{self.pid}-{self._hangs}"
         hang_dir = self.run_dir / HANGS_DIR
         # The outcome first: if a dump below wedges, the record already says hung.
-        self.events.write(TestEnd(
-            **self._test(item.nodeid), outcome="hung", duration=float(settings.timeout),
+        self.events.event(
+            "end", **self._test(item.nodeid), outcome="hung", duration=float(settings.timeout),
             longrepr=f"hung: exceeded the {settings.timeout:g}s per-test timeout",
-            message=f"hung: exceeded the {settings.timeout:g}s per-test timeout"))
+            message=f"hung: exceeded the {settings.timeout:g}s per-test timeout")
         py = supervise.dump_python_stacks(hang_dir / f"{stem}.faulthandler.txt")
         spy = supervise.pyspy_dump(self.pid, hang_dir / f"{stem}.py-spy.txt")
-        self.events.write(Hang(
-            **self._test(item.nodeid), timeout=float(settings.timeout),
+        self.events.event(
+            "hang", **self._test(item.nodeid), timeout=float(settings.timeout),
             faulthandler=_rel(py.path, self.run_dir), faulthandler_error=py.error,
             pyspy=_rel(spy.path, self.run_dir), pyspy_error=spy.error,
-            process_tree=_processes(supervise.process_tree(self.pid))))
+            process_tree=_processes(supervise.process_tree(self.pid)))
         msg = (f"+++ faulthunt: {item.nodeid} hung (> {settings.timeout:g}s); "
                f"python stacks: {py.path or py.error}; native stacks: {spy.path or spy.error}; "
                "ending the worker +++")
@@ -572,6 +593,110 @@ def _combine(reports: list[tuple[pytest.TestReport, str | None, str | None]]) ->
     return _Run(outcome, "\n".join(texts) if texts else None, message, reruns)
 
 
+# --- the hang watchdog (here, not in faulthunt.supervise: every worker arms it, and supervise's
+# dumps, py-spy and process trees are needed only when a test hangs) ---------------------------
+
+class _Watcher:
+    """One daemon thread per process that calls the armed test's ``on_hang`` at its deadline.
+
+    A thread per test (pytest-timeout's own thread method, and this module's first watchdog)
+    costs a thread start and join per test, 0.3 ms of CPU on the 2-core dev machine: 7% of a
+    CPU-bound stress run's tests. Arming and disarming this one is a lock, and wakes the thread
+    only when it must look sooner than it already will: the thread sleeps until the latest
+    deadline it knows of, then looks at what is armed by then. With one timeout for every test
+    each new deadline lies after the one it sleeps to, so a test wakes nothing (it was two
+    thread switches a test); a disarmed test is found disarmed when the thread next wakes.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._armed: tuple[float, int, Callable[[], None]] | None = None
+        self._token = 0
+        self._firing: int | None = None
+        self._fired = threading.Event()
+        self._pid: int | None = None
+        #: the monotonic time the thread will look again by itself (inf: only when notified)
+        self._wake = math.inf
+        #: the latest deadline ever armed: with nothing armed the thread sleeps until then, so
+        #: that the next test (whose deadline lies after it) need not wake it
+        self._latest = -math.inf
+        #: notifications sent (tests count them: none per test when the deadlines only grow)
+        self.notified = 0
+
+    def arm(self, timeout: float, on_hang: Callable[[], None]) -> int:
+        with self._cond:
+            if self._pid != os.getpid():  # first use, or a forked child: no thread here yet
+                self._pid = os.getpid()
+                self._wake = math.inf
+                threading.Thread(target=self._run, name="faulthunt-hang-watchdog",
+                                 daemon=True).start()
+            self._token += 1
+            deadline = time.monotonic() + timeout
+            self._armed = (deadline, self._token, on_hang)
+            self._latest = max(self._latest, deadline)
+            if deadline < self._wake:
+                self.notified += 1
+                self._cond.notify()
+            return self._token
+
+    def disarm(self, token: int) -> None:
+        with self._cond:
+            if self._armed is not None and self._armed[1] == token:
+                self._armed = None  # the thread finds nothing armed when it next looks
+                return
+            firing = self._firing == token
+        if firing and threading.current_thread().name != "faulthunt-hang-watchdog":
+            self._fired.wait(5)  # on_hang is dumping stacks and ends the process
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._armed is None:
+                        idle = self._latest - time.monotonic()
+                        self._wake = self._latest if idle > 0 else math.inf
+                        self._cond.wait(idle if idle > 0 else None)
+                        continue
+                    deadline, token, on_hang = self._armed
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._wake = deadline
+                    self._cond.wait(left)
+                self._armed = None
+                self._firing = token
+                self._wake = math.inf
+            try:
+                on_hang()
+            finally:
+                self._fired.set()
+
+
+_WATCHER = _Watcher()
+
+
+class HangWatchdog:
+    """A per-test timer: on expiry call ``on_hang`` (which dumps and ends) from another thread.
+
+    Thread method on purpose: a SIGALRM handler never runs while the main thread sits inside a
+    CUDA synchronize (seen on the H200), a second thread does. One thread serves every test of a
+    process (:class:`_Watcher`).
+    """
+
+    def __init__(self, timeout: float, on_hang: Callable[[], None]) -> None:
+        self.timeout = timeout
+        self._on_hang = on_hang
+        self._token: int | None = None
+
+    def start(self) -> None:
+        self._token = _WATCHER.arm(self.timeout, self._on_hang)
+
+    def cancel(self) -> None:
+        if self._token is not None:
+            _WATCHER.disarm(self._token)
+            self._token = None
+
+
 # --- controller side ---------------------------------------------------------------------------
 
 #: plugin -> distribution, for the versions a session records (docs/plugin.md)
@@ -599,8 +724,9 @@ class ControllerRecorder:
     def __init__(self, config: pytest.Config, run_dir: Path) -> None:
         self.config = config
         self.run_dir = run_dir
-        self.log = JsonlWriter(run_dir / Layout.CONTROLLER, on_full=_warn)
-        self._down: dict[str, WorkerDown] = {}
+        self.log = LineWriter(run_dir / CONTROLLER, on_full=_warn)
+        #: the worker_down record of each worker that went down (its fields)
+        self._down: dict[str, dict[str, Any]] = {}
         self._errordowns = 0
         self._restart_limit = _max_worker_restart(config)
         self._slots: dict[int, tuple[Any, str]] = {}
@@ -608,14 +734,17 @@ class ControllerRecorder:
         seed = config.getoption("randomly_seed", None)
         from faulthunt.redact import redact_argv
 
-        self.log.write(SessionStart(pid=os.getpid(), argv=redact_argv([str(a) for a in config.invocation_params.args]),
-                                    xdist=config.getoption("dist", "no") != "no",
-                                    random_seed=seed if isinstance(seed, int) else None,
-                                    plugins=_plugins(config), rootdir=str(config.rootpath),
-                                    **_now()))
+        self.log.event("session_start", pid=os.getpid(),
+                       argv=redact_argv([str(a) for a in config.invocation_params.args]),
+                       xdist=config.getoption("dist", "no") != "no",
+                       random_seed=seed if isinstance(seed, int) else None,
+                       plugins=_plugins(config), rootdir=str(config.rootpath), **_now())
 
-    def _worker_records(self, worker: str) -> tuple[Any, ...]:
-        """What the worker's processes wrote so far (read afresh: they may have just died)."""
+    def _worker_records(self, worker: str) -> tuple[WorkerEvent | Any, ...]:
+        """What the worker's processes wrote so far (read afresh: they may have just died). The
+        run directory's reader is imported here, when a worker went down."""
+        from faulthunt.rundir import RunDir
+
         return RunDir(self.run_dir).worker_events(worker)
 
     @pytest.hookimpl(optionalhook=True)
@@ -626,8 +755,8 @@ class ControllerRecorder:
         worker = str(node.gateway.id)
         _, slot = self._slots.setdefault(id(spec), (spec, worker))
         env = getattr(spec, "env", None) or {}
-        self.log.write(WorkerUp(worker=worker, slot=slot, device=env.get("CUDA_VISIBLE_DEVICES"),
-                                **_now()))
+        self.log.event("worker_up", worker=worker, slot=slot, device=env.get("CUDA_VISIBLE_DEVICES"),
+                       **_now())
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """A collector failed (xdist hands the controller each worker's failed report)."""
@@ -635,42 +764,46 @@ class ControllerRecorder:
             return
         self._collect_errors.add(report.nodeid)
         text = report.longreprtext
-        self.log.write(CollectError(nodeid=report.nodeid or ".", message=crash_message(report)
-                                    or _exception_line(text),
-                                    longrepr=_redact(bound_text(text, _LONGREPR_LIMIT)),
-                                    **_now()))
+        self.log.event("collect_error", nodeid=report.nodeid or ".",
+                       message=crash_message(report) or _exception_line(text),
+                       longrepr=_redact(bound_text(text, _LONGREPR_LIMIT)), **_now())
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
         if error is None:
             return
+        from faulthunt.records.events import WorkerHello
         from faulthunt.supervise import peek_exit
 
         worker = str(node.gateway.id)
         records = self._worker_records(worker)
         pid = next((r.pid for r in records if isinstance(r, WorkerHello)), None)
         info = peek_exit(pid) if pid is not None else None
-        down = WorkerDown(worker=worker, pid=pid, error=str(error)[:500],
-                          exit_status=info.exit_status if info else None,
-                          signal=info.signal if info else None,
-                          signal_name=info.signal_name if info else None,
-                          device=node.gateway.spec.env.get("CUDA_VISIBLE_DEVICES"), **_now())
+        down = {"worker": worker, "pid": pid, **_now(), "error": str(error)[:500],
+                "exit_status": info.exit_status if info else None,
+                "signal": info.signal if info else None,
+                "signal_name": info.signal_name if info else None,
+                "device": node.gateway.spec.env.get("CUDA_VISIBLE_DEVICES")}
         self._down[worker] = down
-        self.log.write(down)
+        self.log.event("worker_down", **down)
         # xdist has no hook or public state for "restart budget exhausted"; it counts the nodes
         # that went down with an error against --max-worker-restart (dsession.worker_errordown),
         # and so do we, from its public option and this public hook, instead of its wording.
         self._errordowns += 1
         if self._restart_limit is not None and self._errordowns == self._restart_limit + 1:
-            self.log.write(RestartLimit(limit=self._restart_limit, down=self._errordowns, **_now()))
+            self.log.event("restart_limit", limit=self._restart_limit, down=self._errordowns,
+                           **_now())
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        from faulthunt.records.events import Hang, Recycle, TestEnd, TestStart
+
         node = getattr(report, "node", None)
         worker = str(node.gateway.id) if node is not None else "?"
         records = self._worker_records(worker)
-        down = self._down.get(worker) or WorkerDown(worker=worker)
-        pid = down.pid
+        down = self._down.get(worker) or {}
+        pid: int | None = down.get("pid")
+        signal_name, exit_status = down.get("signal_name"), down.get("exit_status")
         start = next((r for r in reversed(records)
                       if isinstance(r, TestStart) and r.nodeid == crashitem), None)
         count = self.config.getoption("count", None)
@@ -690,8 +823,8 @@ class ControllerRecorder:
 
             fh_tail = head_text(self.run_dir / FAULTHANDLER_DIR / f"{worker}-{pid}.txt", 3000)
             fh_tail = _redact(fh_tail) if fh_tail else None
-        how = (down.signal_name and f"killed by {down.signal_name}") or (
-            down.exit_status is not None and f"exit status {down.exit_status}") or (
+        how = (signal_name and f"killed by {signal_name}") or (
+            exit_status is not None and f"exit status {exit_status}") or (
             "exit status unknown")
         if hung is not None:
             report.longrepr = (f"faulthunt: {crashitem} hung in worker {worker} (pid {pid}): "
@@ -709,20 +842,20 @@ class ControllerRecorder:
             report.longrepr = (f"faulthunt: worker {worker} (pid {pid}) crashed while running "
                                f"{crashitem}: {how}"
                                + (f"\n{fh_tail}" if fh_tail else ""))
-        self.log.write(Crash(kind="hung" if hung is not None else "crashed", nodeid=crashitem,
-                             base_nodeid=base, worker=worker, pid=pid, signal=down.signal,
-                             signal_name=down.signal_name, exit_status=down.exit_status,
-                             device=down.device, faulthandler=fh_tail, started=start is not None,
-                             previous=previous if start is None else None, **_now()))
+        self.log.event("crash", kind="hung" if hung is not None else "crashed", nodeid=crashitem,
+                       base_nodeid=base, worker=worker, pid=pid, signal=down.get("signal"),
+                       signal_name=signal_name, exit_status=exit_status,
+                       device=down.get("device"), faulthandler=fh_tail, started=start is not None,
+                       previous=previous if start is None else None, **_now())
         return None
 
     def _recycled(self, crashitem: str, report: pytest.TestReport, sched: Any, worker: str,
-                  pid: int | None, last: Recycle, down: WorkerDown) -> None:
+                  pid: int | None, last: Recycle, down: dict[str, Any]) -> None:
         try:
             sched.mark_test_pending(crashitem)
         except (NotImplementedError, AttributeError, ValueError) as exc:
-            self.log.write(RecycleLost(nodeid=crashitem, worker=worker, pid=pid,
-                                       reason=f"{type(exc).__name__}: {exc}", **_now()))
+            self.log.event("recycle_lost", nodeid=crashitem, worker=worker, pid=pid,
+                           reason=f"{type(exc).__name__}: {exc}", **_now())
             report.longrepr = (f"faulthunt: worker {worker} was recycled after a sticky CUDA "
                                f"error in {last.poisoned_by} and this scheduler "
                                "cannot reschedule the test it had queued")
@@ -730,17 +863,16 @@ class ControllerRecorder:
         report.outcome = "rerun"  # type: ignore[assignment]
         report.longrepr = (f"faulthunt: worker {worker} recycled after a sticky CUDA error in "
                            f"{last.poisoned_by}; {crashitem} rescheduled")
-        self.log.write(Recycled(worker=worker, pid=pid, nodeid=crashitem,
-                                poisoned_by=last.poisoned_by,
-                                exit_status=down.exit_status, **_now()))
+        self.log.event("recycled", worker=worker, pid=pid, nodeid=crashitem,
+                       poisoned_by=last.poisoned_by, exit_status=down.get("exit_status"), **_now())
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.log.write(SessionFinish(
-            exitstatus=int(exitstatus),
+        self.log.event(
+            "session_finish", exitstatus=int(exitstatus),
             shouldstop=str(session.shouldstop) if session.shouldstop else None,
             shouldfail=str(session.shouldfail) if session.shouldfail else None,
-            testsfailed=session.testsfailed, **_now()))
+            testsfailed=session.testsfailed, **_now())
 
 
 def _exception_line(text: str) -> str | None:

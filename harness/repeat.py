@@ -23,7 +23,6 @@ which the run reports.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import sys
 from collections import Counter
 from typing import Any
@@ -36,13 +35,31 @@ REPEAT_PARAM = "__pytest_repeat_step_number"
 BASE_KEY = pytest.StashKey[str]()
 
 
-@dataclasses.dataclass(frozen=True)
 class RepeatResult:
-    """What :func:`repeat_items` did: items copied per item type, and items it could not copy."""
+    """What :func:`repeat_items` did: items copied per item type, and items it could not copy.
 
-    count: int = 1
-    repeated: dict[str, int] = dataclasses.field(default_factory=dict)
-    not_repeated: tuple[tuple[str, str], ...] = ()
+    A plain class, not a dataclass: every process of a run imports this module, and making a
+    frozen dataclass is about 3.7 M instructions (its generated methods are compiled)."""
+
+    __slots__ = ("count", "repeated", "not_repeated")
+
+    def __init__(self, count: int = 1, repeated: dict[str, int] | None = None,
+                 not_repeated: tuple[tuple[str, str], ...] = ()) -> None:
+        self.count = count
+        self.repeated: dict[str, int] = {} if repeated is None else repeated
+        self.not_repeated = not_repeated
+
+    def __repr__(self) -> str:
+        return (f"RepeatResult(count={self.count!r}, repeated={self.repeated!r}, "
+                f"not_repeated={self.not_repeated!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RepeatResult):
+            return NotImplemented
+        return (self.count, self.repeated, self.not_repeated) == (
+            other.count, other.repeated, other.not_repeated)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable dict inside, as the dataclass had
 
 
 def repeat_count(item: pytest.Item) -> int:

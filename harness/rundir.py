@@ -48,6 +48,10 @@ from faulthunt.records.documents import (Identity, KmsgCursorDoc, MappingEntry, 
                                          SanitizerDoc, Summary, XidLine)
 from faulthunt.records.events import (ControllerEvent, OtherEvent, SessionStart, WorkerEvent,
                                       decode_controller_event, decode_worker_event)
+# the append-only file and its full-disk words live with the light line writer (the pytest
+# processes of a run write through it without this module); named here as before
+from faulthunt.records.lines import FULL_ERRNOS as FULL_ERRNOS
+from faulthunt.records.lines import LineWriter, disk_full_text, is_full
 
 if TYPE_CHECKING:
     # imported by spans() (TestSpan is a dataclass: about 5 M instructions to make, which every
@@ -214,25 +218,8 @@ def dumps(obj: Any, indent: int | None = None) -> str:
     return json.dumps(obj, default=_default, indent=indent, sort_keys=indent is not None)
 
 
-#: errno values that mean "no room to write": a full disk, a quota, the file size limit
-FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-
-
 class DiskFullError(RunDirError):
     """A run file could not be written for lack of room (ENOSPC, EDQUOT, EFBIG)."""
-
-
-def disk_full_text(path: Path | str, exc: OSError) -> str:
-    """``disk full at <path>: <why>``: what every writer says when there is no room."""
-    why = exc.strerror or str(exc)
-    if exc.errno == errno.EFBIG:
-        why += " (the file size limit, ulimit -f)"
-    return f"disk full at {path}: {why}"
-
-
-def is_full(exc: BaseException) -> bool:
-    """Whether ``exc`` is an OSError that means the filesystem (or the size limit) is full."""
-    return isinstance(exc, OSError) and exc.errno in FULL_ERRNOS
 
 
 def _write_error(path: Path, exc: OSError, fix: str) -> RunDirError:
@@ -310,49 +297,17 @@ def write_run_info(run_dir: Path | str, info: RunInfo, *, fsync: bool = True) ->
 _encode_lines = codec.encode_lines
 
 
-class JsonlWriter:
-    """Append-only JSON Lines, one record a line, flushed per record.
-
-    A process that aborts natively (SIGABRT, SIGSEGV) or is SIGKILLed loses nothing it had written:
-    each ``write`` is one ``write(2)`` of a whole line on an ``O_APPEND`` descriptor. ``fsync=True``
-    also survives a machine crash, at a cost per record.
-
-    No room to write (a full disk, ``ulimit -f``) raises :class:`DiskFullError`, unless
-    ``on_full`` is given: then the writer goes on without the record, counts it in
-    :attr:`dropped`, calls ``on_full("disk full at <path>: ...")`` once and tries the next record
-    again (the disk may have room by then). Processes that must not fail because a record was
-    lost (pytest workers) pass it. A line cut short by the full disk is ended before the next
-    record, so the records on both sides of it stay readable.
-    """
+class JsonlWriter(LineWriter):
+    """Append-only JSON Lines, one record a line, flushed per record
+    (:class:`~faulthunt.records.lines.LineWriter`: one ``write(2)`` a line, ``on_full``).
+    Pytest processes write their events through :func:`faulthunt.records.lines.event_line`,
+    without this module (its readers) or msgspec; the lines are the same."""
 
     def __init__(self, path: Path | str, fsync: bool = False,
                  on_full: Callable[[str], None] | None = None) -> None:
-        self.path = Path(path)
-        self._fsync = fsync
-        self._on_full = on_full
-        self._said = False
-        self._torn = False
-        #: records that could not be written (only with ``on_full``)
-        self.dropped = 0
-        self._fd = -1
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as exc:
-            if on_full is None or not is_full(exc):
-                raise _write_error(self.path, exc, "make the run directory writable") from exc
-            self._full(exc)
-
-    def _full(self, exc: OSError) -> None:
-        self.dropped += 1
-        if not self._said and self._on_full is not None:
-            self._said = True
-            self._on_full(disk_full_text(self.path, exc) + "; records that do not fit are "
-                          "dropped (counted) and the run goes on")
+        super().__init__(Path(path), fsync=fsync, on_full=on_full)
 
     def write(self, record: Any) -> None:
-        # The hot path of every worker (two records a test): one encode, one write(2), and no
-        # more Python than that; the rare cases (a full disk, a short write, fsync) go aside.
         if isinstance(record, Doc):
             try:
                 data = _encode_lines((record,))  # the record's JSON and its newline, one pass
@@ -360,56 +315,10 @@ class JsonlWriter:
                 data = (json.dumps(record.to_json()) + "\n").encode("utf-8")
         else:
             data = (dumps(record) + "\n").encode("utf-8")
-        if self._fd < 0 or self._torn:
-            self._write_aside(data)
-            return
-        try:
-            written = os.write(self._fd, data)
-        except OSError as exc:
-            self._failed(exc)
-            return
-        if written < len(data):
-            self._write_aside(data[written:], torn=True)
-        elif self._fsync:
-            os.fsync(self._fd)
-
-    def _write_aside(self, data: bytes, torn: bool = False) -> None:
-        """The cases off the hot path: no descriptor, a line torn by a short write (the rest of
-        it, or the next record after a newline that ends the torn one), fsync."""
-        if self._fd < 0:
-            if self._on_full is None:
-                raise DiskFullError(f"{self.path} is not open for writing")
-            self.dropped += 1
-            return
-        if self._torn and not torn:
-            data = b"\n" + data
-        self._torn = True
-        try:
-            written = 0
-            while written < len(data):  # a short write: the disk is filling up
-                written += os.write(self._fd, data[written:])
-            self._torn = False
-        except OSError as exc:
-            self._failed(exc)
-            return
-        if self._fsync:
-            os.fsync(self._fd)
-
-    def _failed(self, exc: OSError) -> None:
-        if self._on_full is None or not is_full(exc):
-            raise _write_error(self.path, exc, "free the disk") from exc
-        self._full(exc)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self.write_line(data)
 
     def __enter__(self) -> JsonlWriter:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def append_jsonl(path: Path | str, record: Any) -> None:

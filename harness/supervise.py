@@ -1,7 +1,8 @@
 """Supervising worker processes: hang dumps, py-spy, process trees, how a worker died.
 
-Used by the pytest plugin (worker side: the hang watchdog that dumps stacks before the worker is
-ended; controller side: the exit status of a dead worker) and by ``faulthunt stress``.
+Used by the pytest plugin (worker side: the stack dumps of a hung test, whose watchdog lives in
+:mod:`faulthunt.recorder`; controller side: the exit status of a dead worker) and by
+``faulthunt stress``.
 All of this is I/O at the edge.
 """
 
@@ -11,14 +12,11 @@ import ctypes
 import dataclasses
 import errno
 import faulthandler
-import math
 import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 #: prctl(2) option letting another process ptrace this one under Yama ptrace_scope=1
@@ -129,107 +127,6 @@ def process_tree(pid: int) -> list[dict[str, object]]:
     return out
 
 
-class _Watcher:
-    """One daemon thread per process that calls the armed test's ``on_hang`` at its deadline.
-
-    A thread per test (pytest-timeout's own thread method, and this module's first watchdog)
-    costs a thread start and join per test, 0.3 ms of CPU on the 2-core dev machine: 7% of a
-    CPU-bound stress run's tests. Arming and disarming this one is a lock, and wakes the thread
-    only when it must look sooner than it already will: the thread sleeps until the latest
-    deadline it knows of, then looks at what is armed by then. With one timeout for every test
-    each new deadline lies after the one it sleeps to, so a test wakes nothing (it was two
-    thread switches a test); a disarmed test is found disarmed when the thread next wakes.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._armed: tuple[float, int, Callable[[], None]] | None = None
-        self._token = 0
-        self._firing: int | None = None
-        self._fired = threading.Event()
-        self._pid: int | None = None
-        #: the monotonic time the thread will look again by itself (inf: only when notified)
-        self._wake = math.inf
-        #: the latest deadline ever armed: with nothing armed the thread sleeps until then, so
-        #: that the next test (whose deadline lies after it) need not wake it
-        self._latest = -math.inf
-        #: notifications sent (tests count them: none per test when the deadlines only grow)
-        self.notified = 0
-
-    def arm(self, timeout: float, on_hang: Callable[[], None]) -> int:
-        with self._cond:
-            if self._pid != os.getpid():  # first use, or a forked child: no thread here yet
-                self._pid = os.getpid()
-                self._wake = math.inf
-                threading.Thread(target=self._run, name="faulthunt-hang-watchdog",
-                                 daemon=True).start()
-            self._token += 1
-            deadline = time.monotonic() + timeout
-            self._armed = (deadline, self._token, on_hang)
-            self._latest = max(self._latest, deadline)
-            if deadline < self._wake:
-                self.notified += 1
-                self._cond.notify()
-            return self._token
-
-    def disarm(self, token: int) -> None:
-        with self._cond:
-            if self._armed is not None and self._armed[1] == token:
-                self._armed = None  # the thread finds nothing armed when it next looks
-                return
-            firing = self._firing == token
-        if firing and threading.current_thread().name != "faulthunt-hang-watchdog":
-            self._fired.wait(5)  # on_hang is dumping stacks and ends the process
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if self._armed is None:
-                        idle = self._latest - time.monotonic()
-                        self._wake = self._latest if idle > 0 else math.inf
-                        self._cond.wait(idle if idle > 0 else None)
-                        continue
-                    deadline, token, on_hang = self._armed
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._wake = deadline
-                    self._cond.wait(left)
-                self._armed = None
-                self._firing = token
-                self._wake = math.inf
-            try:
-                on_hang()
-            finally:
-                self._fired.set()
-
-
-_WATCHER = _Watcher()
-
-
-class HangWatchdog:
-    """A per-test timer: on expiry call ``on_hang`` (which dumps and ends) from another thread.
-
-    Thread method on purpose: a SIGALRM handler never runs while the main thread sits inside a
-    CUDA synchronize (seen on the H200), a second thread does. One thread serves every test of a
-    process (:class:`_Watcher`).
-    """
-
-    def __init__(self, timeout: float, on_hang: Callable[[], None]) -> None:
-        self.timeout = timeout
-        self._on_hang = on_hang
-        self._token: int | None = None
-
-    def start(self) -> None:
-        self._token = _WATCHER.arm(self.timeout, self._on_hang)
-
-    def cancel(self) -> None:
-        if self._token is not None:
-            _WATCHER.disarm(self._token)
-            self._token = None
-
-
 @dataclasses.dataclass(frozen=True)
 class ExitInfo:
     """How a child process ended: exit status or the signal that killed it."""
@@ -287,3 +184,13 @@ def head_text(path: Path, limit: int = 4000) -> str | None:
     if not data.strip():
         return None
     return data.decode("utf-8", "replace")
+
+
+def __getattr__(name: str) -> object:
+    """The hang watchdog moved to :mod:`faulthunt.recorder` (every worker imports that one; this
+    module only when a test hangs or a worker dies); its old names still work here."""
+    if name in ("HangWatchdog", "_Watcher"):
+        from faulthunt import recorder
+
+        return getattr(recorder, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

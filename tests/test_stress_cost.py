@@ -30,7 +30,7 @@ from faulthunt.rundir import JsonlWriter
 
 
 def test_watchdog_wakes_its_thread_once_for_a_run_of_tests() -> None:
-    from faulthunt.supervise import _Watcher
+    from faulthunt.recorder import _Watcher
 
     watcher = _Watcher()
     watcher.disarm(watcher.arm(300.0, lambda: None))  # the first test starts the thread
@@ -43,7 +43,7 @@ def test_watchdog_wakes_its_thread_once_for_a_run_of_tests() -> None:
 
 
 def test_watchdog_still_fires_an_earlier_deadline_and_not_a_disarmed_one() -> None:
-    from faulthunt.supervise import _Watcher
+    from faulthunt.recorder import _Watcher
 
     watcher = _Watcher()
     fired: list[str] = []
@@ -96,12 +96,17 @@ def test_a_worker_with_guard_mode_still_installs_it(tmp_path: Path) -> None:
 
 def test_plugin_names_the_run_directory_variable_and_the_id_option_of_their_modules() -> None:
     from faulthunt import nodeids, plugin, rundir
+    from faulthunt.records import lines
 
     assert plugin.RUN_DIR_ENV == rundir.RUN_DIR_ENV
     assert plugin.SELECT_OPTION == nodeids.SELECT_OPTION
+    # a recording process names the run directory's files without importing its readers
+    for name in ("EVENTS_DIR", "CONTROLLER", "LEDGER_DIR", "HANGS_DIR", "FAULTHANDLER_DIR"):
+        assert getattr(lines, name) == getattr(rundir.Layout, name), name
 
 
-#: what the plugin's processes import, written by a test (msgspec stands for the records)
+#: what the plugin's processes import, written by a test (msgspec stands for the records), and
+#: the loader of each faulthunt module
 IMPORTED = textwrap.dedent('''
     import json, sys
 
@@ -109,6 +114,9 @@ IMPORTED = textwrap.dedent('''
         with open("modules.json", "w") as fh:
             json.dump(sorted(m for m in sys.modules
                              if m.startswith(("faulthunt", "msgspec", "doctest"))), fh)
+        with open("loaders.json", "w") as fh:
+            json.dump({m: type(getattr(sys.modules[m], "__loader__", None)).__name__
+                       for m in sys.modules if m.startswith("faulthunt")}, fh)
 ''')
 
 
@@ -131,12 +139,29 @@ def test_a_worker_imports_redaction_and_sticky_patterns_only_for_a_failure(tmp_p
     run = tmp_path / "run"
     modules = _imported(tmp_path, {"FAULTHUNT_RUN_DIR": str(run), "FAULTHUNT_LEDGER": "off"},
                         "-p", "xdist", "-n", "1")
-    assert {"faulthunt.recorder", "faulthunt.rundir", "msgspec"} <= modules  # it records
-    assert not {"faulthunt.redact", "faulthunt.cudaerrors", "faulthunt.identity",
-                "doctest"} & modules
+    assert {"faulthunt.recorder", "faulthunt.records.lines"} <= modules  # it records
+    # ... through the light line writer: no msgspec, no record types, no run directory readers
+    assert not {"faulthunt.redact", "faulthunt.cudaerrors", "faulthunt.identity", "doctest",
+                "msgspec", "faulthunt.records.events", "faulthunt.rundir"} & modules
     from faulthunt.rundir import RunDir
 
     assert [s.outcome for s in RunDir(run).spans()] == ["passed"]
+    # faulthunt's own modules, past the plugin, load from their .pyc, not through pytest's
+    # assertion rewriter (plugin._PlainFinder); the plugin itself is pytest's to load
+    loaders = json.loads((tmp_path / "loaders.json").read_text())
+    assert loaders["faulthunt.recorder"] == loaders["faulthunt.records.lines"] == "SourceFileLoader"
+    assert loaders["faulthunt.plugin"] == "AssertionRewritingHook"
+
+
+def test_the_plain_finder_leaves_test_modules_and_the_kernels_suite_to_pytest() -> None:
+    import faulthunt
+    from faulthunt.plugin import _PlainFinder
+
+    path = list(faulthunt.__path__)
+    assert _PlainFinder.find_spec("faulthunt.recorder", path) is not None
+    for name in ("faulthunt.kernels", "faulthunt.kernels.suite.test_planted", "faulthunt.conftest",
+                 "faulthunt.test_x", "faulthunt", "pytest", "faulthunt.nosuchmodule"):
+        assert _PlainFinder.find_spec(name, path) is None, name
 
 
 QUIET = textwrap.dedent('''

@@ -281,8 +281,8 @@ def test_a_poll_still_records_a_child_python_did_not_start():
         proc.kill()
         proc.wait()
     # (this process's other children, left by earlier tests or plugins, are recorded too)
-    mine = [r for r in got if r.child_pid == proc.pid]
-    assert [(r.how, r.nodeid) for r in mine] == [("poll", "t.py::test_b")]
+    mine = [r for r in got if r["child_pid"] == proc.pid]
+    assert [(r["how"], r["nodeid"]) for r in mine] == [("poll", "t.py::test_b")]
 
 
 def test_a_child_polled_before_its_exec_is_recorded_again_under_its_new_name(monkeypatch):
@@ -303,8 +303,8 @@ def test_a_child_polled_before_its_exec_is_recorded_again_under_its_new_name(mon
         context.set_current(None, None)
         proc.kill()
         proc.wait()
-    mine = [r for r in got if r.child_pid == proc.pid]  # not this process's other children
-    assert [(r.how, r.name) for r in mine] == [("poll", "sh"), ("exec", "sleep")]
+    mine = [r for r in got if r["child_pid"] == proc.pid]  # not this process's other children
+    assert [(r["how"], r["name"]) for r in mine] == [("poll", "sh"), ("exec", "sleep")]
 
 
 MP = """
@@ -321,7 +321,7 @@ MP = """
     p.start()
     p.join()
     watch.uninstall()
-    print(json.dumps([before, [(r.child_pid == p.pid, r.how, r.nodeid) for r in got]]))
+    print(json.dumps([before, [(r["child_pid"] == p.pid, r["how"], r["nodeid"]) for r in got]]))
 """
 
 
@@ -460,7 +460,7 @@ CLOCK = """
     proc.wait()
     watch.uninstall()
     watch._thread.join(10)
-    print(json.dumps([route, [(r.child_pid == proc.pid, r.how, r.nodeid) for r in got],
+    print(json.dumps([route, [(r["child_pid"] == proc.pid, r["how"], r["nodeid"]) for r in got],
                       watch._thread.is_alive(), watch.polling]))
 """
 
@@ -501,9 +501,18 @@ def test_the_compiled_clock_answers_as_waitid_does():
 
 
 def test_a_missing_or_foreign_clock_library_means_python(monkeypatch):
-    import importlib.util
+    import sys
+    import types
 
+    import faulthunt
     from faulthunt import children
 
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.delattr(faulthunt, "_childwake", raising=False)  # as in a process that never imported it
+    monkeypatch.setitem(sys.modules, "faulthunt._childwake", None)  # not built: ImportError
+    assert children.wake_library() is None
+    foreign = types.ModuleType("faulthunt._childwake")
+    foreign.cw_abi = lambda: children._WAKE_ABI + 1  # type: ignore[attr-defined]
+    monkeypatch.setattr(faulthunt, "_childwake", foreign, raising=False)  # another build
+    assert children.wake_library() is None
+    monkeypatch.setattr(faulthunt, "_childwake", types.ModuleType("x"))  # no cw_abi
     assert children.wake_library() is None

@@ -475,7 +475,7 @@ def test_ledger_modes_match_the_ledger():
 def test_hang_watchdog_one_thread_fires_only_when_not_cancelled():
     import threading
 
-    from faulthunt.supervise import HangWatchdog
+    from faulthunt.recorder import HangWatchdog
 
     fired: list[str] = []
     before = threading.active_count()

@@ -30,7 +30,6 @@ and why anything was not, is said once on stderr.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import importlib
 import importlib.util
 import os
@@ -42,7 +41,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from faulthunt.errors import UsageError
 from faulthunt.importhooks import PostImportHooks
 
 if TYPE_CHECKING:
@@ -81,16 +79,33 @@ class Source(Protocol):
     def stop(self) -> None: ...
 
 
-@dataclasses.dataclass
 class Plan:
-    """What :func:`install` will start: the CUPTI decision and the refinements to arm. Pure data."""
+    """What :func:`install` will start: the CUPTI decision and the refinements to arm. Pure data.
 
-    cupti: bool
-    refinements: tuple[str, ...]
-    messages: tuple[str, ...]
-    #: ``auto`` with CUPTI: refinements that run Python per array are off and driver allocations'
-    #: stacks are sampled (``full`` is the same without this)
-    lean: bool = False
+    A plain class, not a dataclass: every worker of a run imports this module, and making a
+    dataclass is a few million instructions (its generated methods are compiled)."""
+
+    __slots__ = ("cupti", "refinements", "messages", "lean")
+
+    def __init__(self, cupti: bool, refinements: tuple[str, ...], messages: tuple[str, ...],
+                 lean: bool = False) -> None:
+        self.cupti = cupti
+        self.refinements = refinements
+        self.messages = messages
+        #: ``auto`` with CUPTI: refinements that run Python per array are off and driver
+        #: allocations' stacks are sampled (``full`` is the same without this)
+        self.lean = lean
+
+    def _key(self) -> tuple[bool, tuple[str, ...], tuple[str, ...], bool]:
+        return (self.cupti, self.refinements, self.messages, self.lean)
+
+    def __repr__(self) -> str:
+        return "Plan(cupti={!r}, refinements={!r}, messages={!r}, lean={!r})".format(*self._key())
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, Plan) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
 
 
 def plan(mode: str, cupti_problem: Callable[[], str | None]) -> Plan:
@@ -100,6 +115,8 @@ def plan(mode: str, cupti_problem: Callable[[], str | None]) -> Plan:
     Refinements are always armed for their mode (they only act if the framework is imported).
     """
     if mode not in MODES:
+        from faulthunt.errors import UsageError  # a bad mode alone needs it (every worker imports this)
+
         raise UsageError(f"unknown ledger mode {mode!r}", fix=f"use one of: {', '.join(MODES)}")
     if mode == "off":
         return Plan(False, (), ("ledger off",))
@@ -327,7 +344,7 @@ def _with_cupti(ledger_dir: Path, p: Plan, say: Callable[[str], None]) -> Ledger
         refinements = REFINEMENTS if p.lean else p.refinements
         messages = (f"ledger: framework refinements only ({', '.join(refinements)}, "
                     "each when imported): no launch records",)
-        handle.plan = p = dataclasses.replace(p, cupti=False, refinements=refinements, lean=False)
+        handle.plan = p = Plan(False, refinements, p.messages, lean=False)
         handle.writer.set_stacks(stack_mode())
     for m in messages:
         say(m)
