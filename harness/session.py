@@ -284,8 +284,8 @@ def _refuse_if_open(plan: SessionPlan) -> None:
     if subprocess.run([plan.tool, "-S", str(plan.socket), "has-session", "-t", plan.name],
                       capture_output=True).returncode == 0:
         raise UsageError(f"a session {plan.name!r} is already open on {plan.socket}",
-                         fix=f"attach with `{attach_command(plan)}`, or touch "
-                             f"{plan.kit / CONTINUE_FILE} to end it, or pass --name")
+                         fix=f"attach with `{attach_command(plan)}`, or "
+                             f"`touch {shlex.quote(str(plan.kit / CONTINUE_FILE))}` to end it, or pass --name")
 
 
 def _info(plan: SessionPlan) -> dict[str, str | None]:

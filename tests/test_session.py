@@ -341,3 +341,22 @@ def test_session_stages_named_tests_of_a_run_without_failures(tmp_path: Path,
         assert (kit / "tests.txt").read_text().splitlines() == ['"test_hostile.py::test_h[a b]"']
     finally:
         close_session(plan_session(kit, name="fhtest", use_tmate=False))
+
+
+@needs_tmux
+@pytest.mark.slow
+def test_the_continue_hint_is_quoted_for_the_shell(kit: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The kit's path has a space: `touch /tmp/kit dir/continue`, as printed, touched two other
+    files and left the session running."""
+    import shlex
+
+    from faulthunt.cli import main
+
+    hint = f"touch {shlex.quote(str(kit / 'continue'))}"
+    try:
+        assert main(["session", "--kit", str(kit), "--name", "fhquote", "--timeout", "30"]) == 0
+        assert f"`{hint}`" in capsys.readouterr().out
+        assert main(["session", "--kit", str(kit), "--name", "fhquote", "--timeout", "30"]) == 2
+        assert f"`{hint}`" in capsys.readouterr().err
+    finally:
+        close_session(plan_session(kit, name="fhquote", use_tmate=False))
