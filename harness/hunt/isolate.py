@@ -46,7 +46,9 @@ Tally = Callable[[Sequence[str]], tuple[int, int]]
 SIGNIFICANCE = 0.05
 
 
-_REPEAT_STEP = re.compile(r"-(\d+)-(\d+)\]$")
+#: pytest-repeat's step: ``t.py::test_p[a-2-3]`` of a parametrized test, ``t.py::test_a[2-3]`` of
+#: a plain one
+_REPEAT_STEP = re.compile(r"[-\[](\d+)-(\d+)\]$")
 
 
 @dataclasses.dataclass(frozen=True)
