@@ -13,6 +13,7 @@ that step says so and the demo goes on. Each step's module is imported when its 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import sys
 import time
@@ -80,6 +81,29 @@ def suite_nodeids(suite: Path, backend: str) -> list[str]:
     return out
 
 
+#: what the planted suite imports on every backend (numba-cuda, of the gpu extra, pulls both in)
+SUITE_MODULES = ("numpy", "numba")
+
+
+def check_suite_modules(backend: str, find: Callable[[str], object] | None = None) -> None:
+    """ToolMissingError (exit 4) before anything runs when the planted suite cannot import.
+
+    A plain ``pip install faulthunt`` has neither: the demo used to stress-run the suite anyway,
+    every test erred at import ("48 test runs, 0 passed, 48 error") and the demo said only
+    "found"."""
+    from faulthunt.errors import ToolMissingError
+    from faulthunt.kernels import backend as be
+
+    find = find or importlib.util.find_spec
+    missing = [name for name in SUITE_MODULES if find(name) is None]
+    if missing:
+        extra = "gpu" if backend == be.GPU else "test"
+        raise ToolMissingError(
+            f"the planted-fault suite needs {' and '.join(missing)}, not installed in "
+            f"{sys.prefix}", fix=f"pip install 'faulthunt[{extra}]' (or pip install numpy numba) "
+                                  "in this environment, then run faulthunt demo again")
+
+
 def run_demo(opts: DemoOptions, out: Callable[[str], None] | None = None) -> DemoResult:
     """Run the demo pipeline; every step reports what it did or why it could not."""
     from faulthunt.kernels import SUITE_DIR
@@ -89,6 +113,7 @@ def run_demo(opts: DemoOptions, out: Callable[[str], None] | None = None) -> Dem
     say = _say(out or (lambda m: print(m, file=sys.stderr, flush=True)), opts.quiet)
     steps: list[Step] = []
     backend = be.choose({**os.environ, be.BACKEND_ENV: opts.backend})
+    check_suite_modules(backend)
     if backend == be.GPU:
         say("backend gpu: the real planted kernels (CUDA C++ via NVRTC + cuda.core, numba-cuda)")
     else:

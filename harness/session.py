@@ -95,9 +95,11 @@ def watchdog_command(plan: SessionPlan) -> str:
     cont = shlex.quote(str(plan.kit / CONTINUE_FILE))
     kill = " ".join(shlex.quote(a) for a in [plan.tool, "-S", str(plan.socket), "kill-session",
                                              "-t", plan.name])
+    # the hint is its own quoted word: inside the double-quoted line, the path's single quotes
+    # were literal and a `$(...)` in the kit's path ran when the window started
+    hint = shlex.quote(f"touch {cont} to end it now")
     return (f"end=$(( $(date +%s) + {int(plan.timeout)} )); "
-            f"echo \"session ends at $(date -d @$end 2>/dev/null || echo +{int(plan.timeout)}s); "
-            f"touch {cont} to end it now\"; "
+            f"echo \"session ends at $(date -d @$end 2>/dev/null || echo +{int(plan.timeout)}s);\" {hint}; "
             f"while [ $(date +%s) -lt $end ] && [ ! -e {cont} ]; do sleep 1; done; {kill}")
 
 
@@ -284,8 +286,8 @@ def _refuse_if_open(plan: SessionPlan) -> None:
     if subprocess.run([plan.tool, "-S", str(plan.socket), "has-session", "-t", plan.name],
                       capture_output=True).returncode == 0:
         raise UsageError(f"a session {plan.name!r} is already open on {plan.socket}",
-                         fix=f"attach with `{attach_command(plan)}`, or touch "
-                             f"{plan.kit / CONTINUE_FILE} to end it, or pass --name")
+                         fix=f"attach with `{attach_command(plan)}`, or "
+                             f"`touch {shlex.quote(str(plan.kit / CONTINUE_FILE))}` to end it, or pass --name")
 
 
 def _info(plan: SessionPlan) -> dict[str, str | None]:

@@ -86,6 +86,14 @@ class KitPlan:
     #: README, by `faulthunt stage`, and in the scripts' header)
     damaged: tuple[str, ...] = ()
 
+    @property
+    def redacted_options(self) -> tuple[str, ...]:
+        """The run's options that held a secret: the kit passes them as ``<redacted>``, which
+        is not what the run had (said in the README and by `faulthunt stage`)."""
+        from faulthunt.redact import REDACTED
+
+        return tuple(o for o in (*self.stress_options, *self.pytest_options) if REDACTED in o)
+
 
 def failing_tests(summary: Summary) -> tuple[FailingTest, ...]:
     """Failing base tests of a run's summary (docs/rundir.md), first failure first.
@@ -515,6 +523,19 @@ exec dmesg -w | grep --line-buffered -E "NVRM|Xid"
 ''')
 
 
+def _redacted_section(plan: KitPlan) -> str:
+    if not plan.redacted_options:
+        return ""
+    from faulthunt.report.escape import md_text
+
+    items = "".join(f"- {md_text(o)}\n" for o in plan.redacted_options)
+    return ("## Secrets left out\n"
+            "These options of the run held a secret, scrubbed before it was written: the kit "
+            "passes them as they are now, `<redacted>` in place of the secret, which is not what "
+            "the run had. Give the real value yourself, after the kit's own (yours win): "
+            "`./run_reproducer.sh N -- OPTION`.\n" + items + "\n")
+
+
 def _damage_section(plan: KitPlan) -> str:
     if not plan.damaged:
         return ""
@@ -543,7 +564,7 @@ def render_readme(plan: KitPlan, scripts: dict[str, FailingTest]) -> str:
 Staged {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(plan.staged_wall))} from `{plan.run_dir}`.
 Tests run from `{plan.cwd}` with `{plan.python}`{rooted}.
 
-{_damage_section(plan)}| failing test | outcome | failures/runs | standalone reproducer |
+{_damage_section(plan)}{_redacted_section(plan)}| failing test | outcome | failures/runs | standalone reproducer |
 |---|---|---|---|
 {rows}
 ## The loop: edit, rebuild, rerun

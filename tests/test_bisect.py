@@ -95,6 +95,12 @@ def test_stress_oracle_real_run(tmp_path: Path) -> None:
     bad = stress_oracle(["test_o.py::test_bad"], cwd=tmp_path, base=tmp_path / ".fh")(3)
     good = stress_oracle(["test_o.py::test_good"], cwd=tmp_path, base=tmp_path / ".fh")(3)
     assert bad == (3, 3) and good == (0, 3)
+    # a test that is not there: pytest's reason, never "the bad side passed all 0 runs"
+    with pytest.raises(FaulthuntError) as err:
+        stress_oracle(["test_o.py::test_gone"], cwd=tmp_path, base=tmp_path / ".fh")(3)
+    assert "no test ran in" in err.value.message and "test_o.py::test_gone" in err.value.message
+    with pytest.raises(FaulthuntError, match="no test ran at the bad side"):
+        plan_runs(0, 0)
 
 
 SUITE = '''

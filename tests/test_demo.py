@@ -131,3 +131,50 @@ def test_the_map_line_says_why_an_address_has_no_verdict() -> None:
         "(was --ledger off, or no GPU source available?)")
     assert map_message([{"verdict": "unmapped"}]) == "1 fault address(es) mapped (unmapped)"
     assert map_message([]) == "0 fault address(es) mapped"
+
+
+def test_a_missing_numba_is_said_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A plain `pip install faulthunt` has no numba: the demo used to run the suite anyway and
+    report "48 test runs, 0 passed, 48 error" as something found."""
+    import faulthunt.demo
+    from faulthunt.cli import main
+    from faulthunt.errors import ToolMissingError
+
+    with pytest.raises(ToolMissingError) as err:
+        faulthunt.demo.check_suite_modules("sim", find=lambda name: None if name == "numba" else object())
+    assert "needs numba," in err.value.message and "faulthunt[test]" in (err.value.fix or "")
+    with pytest.raises(ToolMissingError) as err:
+        faulthunt.demo.check_suite_modules("gpu", find=lambda name: None)
+    assert "needs numpy and numba" in err.value.message and "faulthunt[gpu]" in (err.value.fix or "")
+    faulthunt.demo.check_suite_modules("sim", find=lambda name: object())  # all there: no error
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(faulthunt.demo.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "numba" else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--backend", "sim", "-q"]) == 4
+    assert "pip install 'faulthunt[test]'" in capsys.readouterr().err
+    assert not (tmp_path / ".faulthunt").exists()  # refused before a run directory was made
+
+
+@pytest.mark.parametrize("alias", [(), ("-p", "faulthunt")], ids=["entry point", "-p faulthunt"])
+def test_the_suite_runs_where_pip_install_puts_it(tmp_path: Path, alias: tuple[str, ...]) -> None:
+    """Installed (not editable), the suite is site-packages/faulthunt/kernels/suite: pytest sets
+    up faulthunt/__init__.py as a test package and its pytest_plugins re-registered the plugin,
+    a ValueError at the setup of every test (the demo ran "48 test runs, 0 passed, 48 error").
+    The same layout, linked to this checkout's files."""
+    import faulthunt
+    import faulthunt.kernels
+
+    layout = tmp_path / "faulthunt"
+    layout.mkdir()
+    (layout / "__init__.py").symlink_to(Path(faulthunt.__file__))
+    (layout / "kernels").symlink_to(Path(faulthunt.kernels.__file__).parent)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *alias, "-p", "no:cacheprovider", "-q",
+         "faulthunt/kernels/suite", "-k", "twin and oob_read-numba"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "FAULTHUNT_KERNELS_BACKEND": "sim"})
+    assert "already registered" not in proc.stdout
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from faulthunt.errors import FaulthuntError
-from faulthunt.hunt.isolate import isolate, pytest_probe
+from faulthunt.hunt.isolate import isolate, probe_argv, pytest_probe
 
 SUITE = '''
 import os
@@ -36,6 +36,11 @@ def test_arm():
 
 def test_ok():
     pass
+
+
+def test_hang():
+    import time
+    time.sleep(3600)
 '''
 
 
@@ -74,3 +79,24 @@ def test_a_predecessor_that_crashes_is_named(tmp_path: Path, monkeypatch: pytest
     assert "killed by SIGABRT while running t.py::test_abort, before t.py::test_ok ran" in err.value.message
     assert "faulthunt isolate t.py::test_abort" in (err.value.fix or "")
     assert os.environ.get("FAULTHUNT_PROBE_TRACE") is None
+
+
+@pytest.mark.slow
+def test_a_hanging_target_ends_at_the_timeout_and_counts_as_failing(tmp_path: Path) -> None:
+    # a test that hung in the run used to hang isolate's first probe for good (no per-test timeout)
+    (tmp_path / "t.py").write_text(SUITE)
+    res = isolate("t.py::test_hang", [], pytest_probe("t.py::test_hang", cwd=tmp_path, repeats=1,
+                                                     timeout=1))
+    assert res["alone"] == {"failed": 1, "runs": 1}
+
+
+def test_a_probe_has_a_per_test_timeout(tmp_path: Path) -> None:
+    def timeout_of(argv: list[str]) -> str | None:
+        return argv[argv.index("--timeout") + 1] if "--timeout" in argv else None
+
+    assert timeout_of(probe_argv("t.py::test_a", [], timeout=7)) == "7"
+    assert timeout_of(probe_argv("t.py::test_a", [], timeout=0)) == "0"  # off, as asked
+    assert timeout_of(probe_argv("t.py::test_a", [], cwd=tmp_path)) == "300"  # faulthunt's default
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 9\n")
+    assert timeout_of(probe_argv("t.py::test_a", [], cwd=tmp_path)) is None  # the suite's own, left to it
+    assert "--timeout-method" in probe_argv("t.py::test_a", [], cwd=tmp_path)

@@ -130,3 +130,16 @@ def test_replay_keeps_the_recorded_order_across_parameters(tmp_path: Path) -> No
     plan = replay_plan(run, "t.py::test_p[2]")
     res = isolate(plan.target, plan.predecessors, pytest_probe(plan.target, cwd=tmp_path, repeats=3))
     assert res["fails_alone"] is False and res["minimal"] == ["t.py::test_pol"]
+
+
+def test_without_run_json_the_count_comes_from_the_recorded_step(tmp_path: Path) -> None:
+    """run.json lost or garbled: the count is read from the step in the recorded id, for a plain
+    test (`test_a[2-3]`, a unittest method) as for a parametrized one (`test_p[x-2-3]`); the
+    plain form used to give 1, and the probe asked for `test_a[2-3]` with no --count."""
+    run = tmp_path / "run"
+    _events(run, ["t.py::test_a[1-3]", "t.py::test_p[x-2-3]"], "t.py::test_a[1-3]")
+    assert replay_plan(run, "t.py::test_a").count == 3
+    assert replay_plan(run, "t.py::test_p").count == 3
+    (run / "run.json").write_bytes(b"\x00\xff garbage")
+    assert replay_plan(run, "t.py::test_a").count == 3
+    assert replay_plan(run, "t.py::test_a").timeout is None

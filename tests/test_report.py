@@ -113,6 +113,23 @@ def test_headline_counts_worker_slots_and_says_restarts() -> None:
                           " 1 module failed to import (their tests never ran)")
 
 
+def test_a_stopped_run_says_so_in_the_headline_and_the_steps() -> None:
+    """Ctrl-C or a CI timeout's SIGTERM: the report read "0 of 2 runs failed" and "Nothing failed
+    in this run: raise --count", as if the run had ended; summary.json said stopped_by."""
+    from faulthunt.report.model import model_from_parts
+
+    summary = {"tests_run": 2, "failures": [], "stopped_by": "SIGINT", "exit_status": 130,
+               "interrupted": ["t.py::test_h[1-4]", "t.py::test_h[<b>-3-4]"]}
+    m = model_from_parts(run_id="r", run={}, identity={}, summary=summary, mapping=[],
+                         sanitizer=None, events=[], controller=[], xids=[], hang_texts={}, notes=[])
+    assert m.headline.endswith("; stopped by SIGINT while 2 test runs were running "
+                               "(t.py::test_h[1-4], t.py::test_h[<b>-3-4])")
+    assert m.next_steps[0].startswith("The run was stopped by SIGINT while 2 test runs were running:")
+    assert not any("Nothing failed" in s for s in m.next_steps)
+    md = render(m, "md")
+    assert "t.py::test_h[&lt;b&gt;-3-4]" in md and "<b>" not in md
+
+
 def test_headline_and_evidence() -> None:
     m = build_model(SAMPLE)
     assert m.headline.startswith("fails 3 of 4 worker processes")

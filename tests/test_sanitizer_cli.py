@@ -90,3 +90,11 @@ def test_custom_prefix_option(capsys, tmp_path):
     assert out == ""
     _, out, _ = run_cli(capsys, str(log), "--json", "--prefix", "CSAN> ")
     assert len(out.splitlines()) == 2
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_parse_refuses_a_device_instead_of_reading_it_for_ever(capsys: pytest.CaptureFixture[str]) -> None:
+    """`sanitize parse /dev/zero` read for ever (`xid parse` refuses devices): exit 3 with the fix."""
+    assert main(["sanitize", "parse", "/dev/zero"]) == 3
+    err = capsys.readouterr().err
+    assert "/dev/zero is a device, not a log" in err and "fix:" in err

@@ -341,3 +341,40 @@ def test_session_stages_named_tests_of_a_run_without_failures(tmp_path: Path,
         assert (kit / "tests.txt").read_text().splitlines() == ['"test_hostile.py::test_h[a b]"']
     finally:
         close_session(plan_session(kit, name="fhtest", use_tmate=False))
+
+
+@needs_tmux
+@pytest.mark.slow
+def test_the_continue_hint_is_quoted_for_the_shell(kit: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The kit's path has a space: `touch /tmp/kit dir/continue`, as printed, touched two other
+    files and left the session running."""
+    import shlex
+
+    from faulthunt.cli import main
+
+    hint = f"touch {shlex.quote(str(kit / 'continue'))}"
+    try:
+        assert main(["session", "--kit", str(kit), "--name", "fhquote", "--timeout", "30"]) == 0
+        assert f"`{hint}`" in capsys.readouterr().out
+        assert main(["session", "--kit", str(kit), "--name", "fhquote", "--timeout", "30"]) == 2
+        assert f"`{hint}`" in capsys.readouterr().err
+    finally:
+        close_session(plan_session(kit, name="fhquote", use_tmate=False))
+
+
+def test_the_limit_window_never_runs_the_kits_path(tmp_path: Path) -> None:
+    """The kit's path is data: `$(...)` in it ran when the limit window started, because the
+    quoted path sat inside a double-quoted echo."""
+    from faulthunt.session import watchdog_command
+
+    marker = tmp_path / "ran"
+    kit = tmp_path / "kit $(touch ran) ;x"  # run in tmp_path: the marker lands there
+    kit.mkdir()
+    (kit / "run_reproducer.sh").touch()
+    (kit / "continue").touch()  # ends the loop at once
+    plan = plan_session(kit, name="fhw", use_tmate=False, timeout=5)
+    cmd = watchdog_command(plan).rsplit("; ", 1)[0]  # without the kill-session of a session not opened
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=30,
+                         cwd=tmp_path).stdout
+    assert not marker.exists()
+    assert f"touch '{kit}/continue' to end it now" in out

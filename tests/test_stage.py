@@ -357,3 +357,21 @@ def test_repro_scripts_usage_names_the_script(hostile) -> None:  # type: ignore[
         doc = ast.get_docstring(ast.parse(script.read_text())) or ""
         assert f"Usage: python3 {script.name} [count] [pytest options...]" in doc, doc
         assert "{" not in doc
+
+
+def test_an_option_that_held_a_secret_is_said_not_silently_replayed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The kit replays the run's pytest options, scrubbed: a credential becomes `<redacted>`, which
+    the kit used to pass on without a word (a rerun against `https://bob:<redacted>@host`)."""
+    project = make_project(tmp_path)
+    run = make_run(tmp_path, project, ["test_hostile.py::test_h[plain]"])
+    info = json.loads((run / "run.json").read_text())
+    info["pytest_args"] = ["test_hostile.py", "-o", "db_url=https://bob:hunter2pw@db.example/x"]
+    write_json_atomic(run / "run.json", info)
+    kit = tmp_path / "kit"
+    assert main(["stage", "--run", str(run), str(kit)]) == 0
+    err = capsys.readouterr().err
+    assert "'db_url=https://bob:<redacted>@db.example/x' held a secret" in err
+    readme = (kit / "README.md").read_text()
+    assert "## Secrets left out" in readme and "db_url=https://bob:&lt;redacted&gt;@db.example/x" in readme
+    assert "hunter2pw" not in readme + (kit / "run_reproducer.sh").read_text()

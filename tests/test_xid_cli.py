@@ -301,3 +301,28 @@ def test_parse_the_quadratic_mix_end_to_end(tmp_path: Path, capsys: pytest.Captu
     assert main(["xid", "parse", "--incidents", str(log)]) == 0
     assert time.monotonic() - t0 < 30
     assert capsys.readouterr().out.splitlines()[-1].startswith("20001 incident(s):")
+
+
+def test_control_characters_of_the_log_are_shown_not_acted_on(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A process name is what the program set (prctl): an ESC in it used to reach the terminal
+    raw from the table, the incidents and `since --lines`."""
+    log = tmp_path / "kern.log"
+    log.write_text("[  123.456] NVRM: Xid (PCI:0000:3b:00): 31, pid=1234, name=py\x1b[31mEVIL\x07, "
+                   "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ "
+                   "0x7f4a_fbe00000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE\n")
+    for argv in (["xid", "parse", str(log)], ["xid", "parse", "--incidents", str(log)]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\x07" not in out
+        assert "py\\x1b[31mEVIL\\x07" in out
+    assert main(["xid", "parse", "--json", str(log)]) == 0  # JSON keeps the data exact
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["process"] == "py\x1b[31mEVIL\x07"
+    assert main(["xid", "cursor", "--source", f"file:{log}"]) == 0
+    cursor = capsys.readouterr().out.strip()
+    with log.open("a") as fh:
+        fh.write("[  124.000] NVRM: Xid (PCI:0000:3b:00): 13, pid=9, name=a\x1bb, Graphics Exception\n")
+    for argv in (["xid", "since", cursor], ["xid", "since", "--lines", cursor]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "a\\x1bb" in out

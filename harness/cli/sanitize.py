@@ -107,6 +107,15 @@ def _head(chunks: Iterator[bytes]) -> bytes:
     return head
 
 
+def _is_device(stream: BinaryIO) -> bool:
+    """A character or block device: read to its end, /dev/zero or /dev/urandom never ends."""
+    import os
+    import stat
+
+    mode = os.fstat(stream.fileno()).st_mode
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
 def _decoded(chunks: Iterable[bytes]) -> Iterator[str]:
     """UTF-8 text of a byte stream, invalid bytes replaced (as ``bytes.decode(errors="replace")``)."""
     decode = codecs.getincrementaldecoder("utf-8")("replace").decode
@@ -140,6 +149,11 @@ def _parse_log(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise InputError(f"cannot read {args.path}: {exc.strerror}",
                          fix="check the path and its permissions") from exc
+    if stream is not sys.stdin.buffer and _is_device(stream):
+        stream.close()
+        raise InputError(f"{args.path} is a device, not a log (/dev/zero never ends, a tty waits for "
+                         "typing)", fix="pass a saved compute-sanitizer log or --xml file, or '-' "
+                                        "and pipe the tool's output into it")
     with stream:
         chunks = _chunks(stream)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 HELP = "open a repro kit in tmux (tmate with authorized keys when installed), print the attach command"
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tmate: {info['fallback']}; opened the same kit in a local tmux session instead")
         plan = local_plan(plan)
     print(f"session {info['name']} ({plan.tool}) open in {plan.kit}; ends in {plan.timeout:g} s "
-          f"or when you `touch {plan.kit / 'continue'}`")
+          f"or when you `touch {shlex.quote(str(plan.kit / 'continue'))}`")
     print(f"attach: {info['attach']}")
     if info["ssh"]:
         print(f"remote: {info['ssh']}" + ("  (keys in " + str(plan.authorized_keys) + " only)"

@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if plan.damaged:
         print("  (README.md lists what the kit assumed: check it before trusting the kit)",
               file=sys.stderr)
+    for option in plan.redacted_options:
+        print(f"  warning: the run's option {option!r} held a secret: the kit passes it redacted; "
+              "give the real value after -- (README.md, 'Secrets left out')", file=sys.stderr)
     for problem in result["copy_problems"]:
         print(f"  warning: not copied from the run: {problem}")
     print(f"next: cd {shlex.quote(str(kit))} && ./run_reproducer.sh {plan.count}   (README.md has the loop)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import stat
 import sys
 import time
@@ -74,6 +75,28 @@ def run(args: argparse.Namespace) -> int:
     if action is None:
         raise UsageError("faulthunt xid needs an action", fix="faulthunt xid parse|watch|cursor|since|explain --help")
     return {"parse": _parse, "watch": _watch, "cursor": _cursor, "since": _since, "explain": _explain}[action](args)
+
+
+#: what a terminal would act on rather than show (ESC, BEL, CR, ...), tab and newline kept: the
+#: rule of faulthunt.report.escape.visible_lines, here so that `xid parse` need not import the report
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+class _Visible:
+    """A text stream for people: a kernel log's text (a process name is any 15 bytes a program
+    chose) reaches the terminal with its control characters shown as escapes (``\\x1b``), never
+    acted on. One scan per write: a big table is one write."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        if _CONTROL.search(text):
+            text = _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+        return self._out.write(text)
+
+    def flush(self) -> None:
+        self._out.flush()
 
 
 def _warn(msg: str) -> None:
@@ -378,7 +401,7 @@ def _scan_source(spec: str, sink: _Sink) -> None:
 
 
 def _report(args: argparse.Namespace, sink: _Sink) -> None:
-    out = sink.out
+    out = cast("IO[str]", _Visible(sink.out))
     if sink.stream_json:
         return
     if sink.grouper is not None:
@@ -481,7 +504,7 @@ def _cursor(args: argparse.Namespace) -> int:
 def _print_result(res: ReadResult, as_json: bool, lines: bool) -> None:
     import json
 
-    out = sys.stdout
+    out = sys.stdout if as_json else cast("IO[str]", _Visible(sys.stdout))
     if as_json:
         from faulthunt.kernlog.jsonl import event_json
 
@@ -523,7 +546,7 @@ def _watch(args: argparse.Namespace) -> int:
     from faulthunt.kernlog.jsonl import event_json
 
     source = sources.open_source(args.source, warn=_warn)
-    out = sys.stdout
+    out = sys.stdout if args.json else cast("IO[str]", _Visible(sys.stdout))
 
     def show(ev: XidEvent) -> None:
         if args.json:

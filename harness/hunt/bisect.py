@@ -31,6 +31,9 @@ class Plan:
 
 def plan_runs(bad_failures: int, bad_runs: int, confidence: float = 0.95, max_runs: int = 2000) -> Plan:
     """Runs per ref from the bad side's evidence; raises when the bad side never failed."""
+    if bad_runs <= 0:
+        raise FaulthuntError("no test ran at the bad side: there is no rate to plan from",
+                             fix="check the tests exist at the bad ref (python -m pytest --collect-only -q)")
     if bad_failures == 0:
         raise FaulthuntError(f"the bad side passed all {bad_runs} runs: the data cannot decide",
                              fix="raise --calibrate runs, or check the bad ref really fails")

@@ -46,7 +46,9 @@ Tally = Callable[[Sequence[str]], tuple[int, int]]
 SIGNIFICANCE = 0.05
 
 
-_REPEAT_STEP = re.compile(r"-(\d+)-(\d+)\]$")
+#: pytest-repeat's step: ``t.py::test_p[a-2-3]`` of a parametrized test, ``t.py::test_a[2-3]`` of
+#: a plain one
+_REPEAT_STEP = re.compile(r"[-\[](\d+)-(\d+)\]$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +60,8 @@ class Replay:
     count: int = 1
     #: pytest's rootdir in the run: the ids are relative to it (None: not recorded)
     rootdir: str | None = None
+    #: the run's own ``--timeout`` (0: off; None: not given, the suite's or faulthunt's default)
+    timeout: float | None = None
 
 
 def _matches(span: TestSpan, nodeid: str) -> bool:
@@ -81,6 +85,14 @@ def _history(run: RunDir, nodeid: str) -> tuple[str, list[str]] | None:
     return best
 
 
+def _run_timeout(run: RunDir) -> float | None:
+    """The run's ``--timeout`` (run.json), None when it was not given (or the file is damaged)."""
+    timeout = (run.run_info() or RunInfo()).option("timeout")
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout >= 0:
+        return float(timeout)
+    return None
+
+
 def _run_count(run: RunDir, target: str) -> int:
     """The run's ``--count`` (run.json), else the one in the target's repeat step, else 1."""
     count = (run.run_info() or RunInfo()).option("count")
@@ -100,13 +112,13 @@ def replay_plan(run_dir: Path | RunDir, nodeid: str, given_in: str = "the comman
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     found = _history(run, nodeid)
     if found is None:  # never ran in this run: alone, as given
-        return Replay(nodeid, (), 1, run.rootdir())
+        return Replay(nodeid, (), 1, run.rootdir(), _run_timeout(run))
     target, before = found
     preds = tuple(dict.fromkeys(p for p in before if p != target))
     where = f"the events of {run.path}"
     for pred in (target, *preds):
         check_node_id(pred, where)
-    return Replay(target, preds, _run_count(run, target), run.rootdir())
+    return Replay(target, preds, _run_count(run, target), run.rootdir(), _run_timeout(run))
 
 
 def predecessors(run_dir: Path | RunDir, nodeid: str, given_in: str = "the command line") -> list[str]:
@@ -166,22 +178,29 @@ def _short_summary(stdout: str, targets: Sequence[str]) -> set[str]:
 
 
 def probe_argv(target: str, preds: Sequence[str], count: int = 1, python: str | None = None, *,
-               rootdir: str | None = None, cwd: Path | None = None) -> list[str]:
+               rootdir: str | None = None, cwd: Path | None = None,
+               timeout: float | None = None) -> list[str]:
     """The pytest command of one probe: ``preds`` then ``target``, in that order, under ``count``.
 
     Ids are selected with ``--faulthunt-id`` (last on the line, behind ``--``), never passed as
     arguments pytest could read as options; ``rootdir`` (the run's) pinned, roots as paths from
-    ``cwd``.
+    ``cwd``. A per-test timeout as a stress run has (``timeout`` seconds, 0 off; None: the
+    suite's own pytest ``timeout``, else faulthunt's default): a test that hung in the run
+    would otherwise hang the probe, and isolate with it, for good.
     """
+    from faulthunt.stress.options import resolve_timeout, suite_timeout, timeout_argv
+
     argv = [python or sys.executable, "-m", "pytest", "-q", "-rfEp", "-p", "no:cacheprovider",
             "-p", "no:randomly", "-p", "faulthunt", "-p", "faulthunt.hunt.replay"]
     if count > 1:
         argv += ["-p", "repeat", "--count", str(count)]
+    suite = suite_timeout(cwd) if timeout is None and cwd is not None else None
+    argv += ["-p", "timeout", *timeout_argv(resolve_timeout(timeout, suite))]
     return argv + pytest_selection([*preds, target], rootdir=rootdir, cwd=cwd)
 
 
 def pytest_probe(target: str, *, cwd: Path, repeats: int = 3, python: str | None = None,
-                 count: int = 1, rootdir: str | None = None) -> Probe:
+                 count: int = 1, rootdir: str | None = None, timeout: float | None = None) -> Probe:
     """A probe that runs ``predecessors + [target]`` in one fresh pytest process, ``repeats`` times.
 
     Fresh processes are the point: a module-level cache can only leak within one interpreter.
@@ -196,7 +215,7 @@ def pytest_probe(target: str, *, cwd: Path, repeats: int = 3, python: str | None
     forms = list(dict.fromkeys([target, shown_id(target, rootdir, cwd)]))
 
     def once(preds: Sequence[str]) -> bool:
-        argv = probe_argv(target, preds, count, python, rootdir=rootdir, cwd=cwd)
+        argv = probe_argv(target, preds, count, python, rootdir=rootdir, cwd=cwd, timeout=timeout)
         with tempfile.TemporaryDirectory(prefix="faulthunt-probe-") as tmp:
             trace = Path(tmp) / "started"
             p = subprocess.run(argv, cwd=cwd, env={**env, TRACE_ENV: str(trace)},

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from faulthunt.errors import UsageError
+from faulthunt.errors import FaulthuntError, UsageError
 from faulthunt.nodeids import check_node_id, pytest_selection
 
 #: ``oracle(n)`` runs the tests ``n`` times and returns (failing runs, runs done)
@@ -47,6 +47,12 @@ def stress_oracle(pytest_args: Sequence[str], *, cwd: Path | None = None, worker
                                        base=base, env=env, quiet=True, xid_source="none", ledger="off"))
         s = res.summary
         fails = sum(1 for f in s.get("failures") or [] if f.get("outcome") != "collateral")
-        return fails, int(s.get("tests_run") or 0)
+        runs = int(s.get("tests_run") or 0)
+        if not runs:  # said here, with pytest's reason: "the bad side passed all 0 runs" said nothing
+            why = s.get("no_tests_reason") or "pytest collected none of the tests"
+            raise FaulthuntError(f"no test ran in {cwd or Path.cwd()}: {why}",
+                                 fix="check the tests exist there: python -m pytest --collect-only -q "
+                                     "(at the bad ref for bisect), and pass their ids as it lists them")
+        return fails, runs
 
     return run

@@ -543,12 +543,28 @@ def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
     if few and not steps:
         steps.append("The failure is flaky: `faulthunt isolate NODEID` checks whether it needs a "
                      "predecessor test; `faulthunt bisect` finds the commit that made it start.")
-    if not summary.get("tests_run") and not summary.get("stopped_by"):
+    if summary.get("stopped_by"):
+        steps.append(f"The run was {_stopped_text(summary, ids=False)}: its counts cover only the runs that "
+                     "ended before; rerun it to the end (a CI job: a longer timeout, or a lower "
+                     "--count).")
+    elif not summary.get("tests_run"):
         steps.append(_nothing_ran_step(summary))
     elif not failures and not xids:
         steps.append("Nothing failed in this run: raise --count or -n until the failure shows, "
                      "then report again.")
     return steps
+
+
+def _stopped_text(summary: Mapping[str, Any], ids: bool = True) -> str:
+    """``stopped by SIGINT while 2 test runs were running (t.py::test_a[1-4], ...)``; without the
+    ids for a next step (steps are Markdown as written: ids go only where they are escaped)."""
+    running = [str(n) for n in summary.get("interrupted") or []]
+    text = f"stopped by {redact_text(str(summary['stopped_by']))}"
+    if running:
+        shown = ", ".join(running[:3]) + (", ..." if len(running) > 3 else "")
+        text += (f" while {len(running)} test run{'s were' if len(running) != 1 else ' was'} "
+                 f"running" + (f" ({shown})" if ids else ""))
+    return text
 
 
 def _machine_steps(xids: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -663,6 +679,8 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
                      "import (their tests never ran)")
     if summary.get("stopped_early"):  # -n 0 ended by a crash or hang, -x, the restart budget
         headline += f"; stopped early: {redact_text(str(summary['stopped_early']))}"
+    if summary.get("stopped_by"):  # Ctrl-C, a CI timeout's SIGTERM: the counts are a part
+        headline += f"; {_stopped_text(summary)}"
     decoded = [_decode_xid(x, mapping) for x in (summary.get("xids") or xids)]
     hangs = _hangs(events, hang_texts)
     for h in hangs:

@@ -49,6 +49,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         pass
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Installed (not editable), this suite lives inside the ``faulthunt`` package, so pytest
+    sets up ``faulthunt/__init__.py`` as a test package and reads its ``pytest_plugins``
+    (``faulthunt.plugin``, for ``-p faulthunt`` on old pytest). The entry point has already
+    registered that module as ``faulthunt``: registering it again under its module name was a
+    ValueError at the setup of every test ("Plugin already registered under a different
+    name"), and ``faulthunt demo`` ran 0 tests. The module name is blocked instead."""
+    import sys
+
+    manager = config.pluginmanager
+    plugin = sys.modules.get("faulthunt.plugin")
+    if plugin is not None and manager.is_registered(plugin) and manager.get_plugin("faulthunt.plugin") is None:
+        manager.set_blocked("faulthunt.plugin")
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return _statement()
 
