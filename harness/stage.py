@@ -27,6 +27,7 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -523,28 +524,30 @@ exec dmesg -w | grep --line-buffered -E "NVRM|Xid"
 ''')
 
 
-def _redacted_section(plan: KitPlan) -> str:
-    if not plan.redacted_options:
+def _listed_section(heading: str, intro: str, items: Iterable[str]) -> str:
+    """A README section: ``heading``, ``intro`` and one escaped bullet an item ("" for none)."""
+    bullets = list(items)
+    if not bullets:
         return ""
     from faulthunt.report.escape import md_text
 
-    items = "".join(f"- {md_text(o)}\n" for o in plan.redacted_options)
-    return ("## Secrets left out\n"
-            "These options of the run held a secret, scrubbed before it was written: the kit "
-            "passes them as they are now, `<redacted>` in place of the secret, which is not what "
-            "the run had. Give the real value yourself, after the kit's own (yours win): "
-            "`./run_reproducer.sh N -- OPTION`.\n" + items + "\n")
+    return f"## {heading}\n{intro}\n" + "".join(f"- {md_text(b)}\n" for b in bullets) + "\n"
+
+
+def _redacted_section(plan: KitPlan) -> str:
+    return _listed_section(
+        "Secrets left out",
+        "These options of the run held a secret, scrubbed before it was written: the kit "
+        "passes them as they are now, `<redacted>` in place of the secret, which is not what "
+        "the run had. Give the real value yourself, after the kit's own (yours win): "
+        "`./run_reproducer.sh N -- OPTION`.", plan.redacted_options)
 
 
 def _damage_section(plan: KitPlan) -> str:
-    if not plan.damaged:
-        return ""
-    from faulthunt.report.escape import md_text
-
-    items = "".join(f"- {md_text(d)}\n" for d in plan.damaged)
-    return ("## Damaged run: check before trusting this kit\n"
-            "The run directory could not be read whole; the kit was staged from what could be "
-            "read, and assumed the rest:\n" + items + "\n")
+    return _listed_section(
+        "Damaged run: check before trusting this kit",
+        "The run directory could not be read whole; the kit was staged from what could be "
+        "read, and assumed the rest:", plan.damaged)
 
 
 def render_readme(plan: KitPlan, scripts: dict[str, FailingTest]) -> str:
