@@ -124,10 +124,8 @@ def _value(v: Any) -> str:
         return "{" + ",".join(f"{_string(str(k))}:{_value(x)}" for k, x in v.items()) + "}"
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(_value(x) for x in v) + "]"
-    if isinstance(v, str):
+    if isinstance(v, str):  # subclasses (bool has none: its exact type is handled above)
         return _string(v)
-    if isinstance(v, bool):
-        return "true" if v else "false"
     if isinstance(v, int):
         return int.__repr__(v)
     if isinstance(v, float):
