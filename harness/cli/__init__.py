@@ -230,6 +230,10 @@ def _drain(stream: IO[str] | None) -> bool:
 
 def console_main() -> None:
     """Entry point of the ``faulthunt`` console script."""
+    if _command_in(sys.argv[1:]) is not None:  # --help and --version import no msgspec
+        from faulthunt.leanimport import msgspec_without_typing_extensions
+
+        msgspec_without_typing_extensions()  # this process is faulthunt's own: the module says why
     try:
         status: str | int | None = main(exiting=True)
     except SystemExit as exc:  # argparse after --help, --version or a usage error: flush its text
