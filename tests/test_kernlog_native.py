@@ -169,3 +169,36 @@ def test_the_compiled_finder_finds_markers_at_every_offset_of_its_wide_steps(gap
         for pos in (0, 1, 5, 33):
             for final in (True, False):
                 assert _compiled(buf, pos, end, final, P.MAX_SIDE) == _python(buf, pos, end, final, P.MAX_SIDE)
+
+
+# --- has_control: the terminal guard of `xid` output (cli/xid.py _Visible) --------------------------
+
+_text_pieces = st.sampled_from(["a", "abcdefg", "\n", "\t", "\r", "\x1b", "\x00", "\x08", "\x0b", "\x1f", " ",
+                                "\x7f", "\x80", "\x9b", "\xff", "é", "\u2028", "\ud800", "\U0001f600", "~"])
+
+
+def _regex(text: str) -> bool:
+    from faulthunt.cli.xid import _CONTROL
+
+    return _CONTROL.search(text) is not None
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.lists(_text_pieces, max_size=60) | st.text(max_size=80))
+def test_has_control_compiled_and_python_answer_as_the_expression(pieces: list[str] | str) -> None:
+    """Every string kind (1, 2 and 4 bytes a character, lone surrogates), every offset of the
+    8-byte steps: the compiled check, the byte-deletion route and the expression agree."""
+    import importlib
+
+    text = "".join(pieces)
+    compiled = importlib.import_module("faulthunt.kernlog._scan").has_control
+    assert compiled(text) == P._has_control(text) == _regex(text)
+
+
+@pytest.mark.parametrize("at", [0, 1, 7, 8, 9, 15, 16, 63, 64, 99])
+@pytest.mark.parametrize("char", ["\x00", "\x07", "\x0b", "\x0d", "\x1b", "\x1f", "\x7f"])
+def test_has_control_finds_one_control_character_anywhere_in_a_long_text(at: int, char: str) -> None:
+    clean = "x" * 50 + "\t\n" + "\xe9" * 48  # tab and newline are text; Latin-1 keeps one byte a char
+    assert not P.has_control(clean) and not P._has_control(clean)
+    text = clean[:at] + char + clean[at:]
+    assert P.has_control(text) and P._has_control(text)

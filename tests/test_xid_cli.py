@@ -303,6 +303,17 @@ def test_parse_the_quadratic_mix_end_to_end(tmp_path: Path, capsys: pytest.Captu
     assert capsys.readouterr().out.splitlines()[-1].startswith("20001 incident(s):")
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=60))
+def test_the_control_check_answers_as_the_expression_on_every_route(text: str) -> None:
+    """The guard's check (compiled where built, a byte deletion otherwise) is the expression's."""
+    from faulthunt.cli.xid import _CONTROL
+    from faulthunt.kernlog import parse
+
+    want = _CONTROL.search(text) is not None
+    assert parse.has_control(text) is want and parse._has_control(text) is want
+
+
 def test_control_characters_of_the_log_are_shown_not_acted_on(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """A process name is what the program set (prctl): an ESC in it used to reach the terminal

@@ -85,13 +85,16 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 class _Visible:
     """A text stream for people: a kernel log's text (a process name is any 15 bytes a program
     chose) reaches the terminal with its control characters shown as escapes (``\\x1b``), never
-    acted on. One scan per write: a big table is one write."""
+    acted on. One scan per write (a big table is one write), compiled where it is built."""
 
     def __init__(self, out: IO[str]) -> None:
+        from faulthunt.kernlog.parse import has_control
+
         self._out = out
+        self._has_control = has_control
 
     def write(self, text: str) -> int:
-        if _CONTROL.search(text):
+        if self._has_control(text):
             text = _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
         return self._out.write(text)
 

@@ -19,6 +19,7 @@
 #include <structmember.h>
 #include <math.h>
 #include <string.h>
+#include <stdint.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -1179,6 +1180,52 @@ done:
     return ret;
 }
 
+/* has_control(text) -> bool: whether text holds a character a terminal acts on rather than shows
+ * (cli/xid.py's _CONTROL: U+0000-U+0008, U+000B-U+001F, U+007F; tab and newline are text). The
+ * Xid table of a big log is megabytes written at once: a regular-expression scan of it cost more
+ * than laying it out. One-byte text (the usual: ASCII and Latin-1) is read 8 bytes a step; a word
+ * with no byte below 0x20 and none equal to 0x7f is clean, any other word is read byte by byte. */
+static int
+control_char(Py_UCS4 c)
+{
+    return (c < 0x20 && c != 0x09 && c != 0x0a) || c == 0x7f;
+}
+
+static PyObject *
+has_control(PyObject *self, PyObject *args)
+{
+    PyObject *text;
+    if (!PyArg_ParseTuple(args, "U", &text))
+        return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), i = 0;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const unsigned char *p = data;
+        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+        for (; i + 8 <= n; i += 8) {
+            uint64_t w, del;
+            memcpy(&w, p + i, 8);
+            del = w ^ (0x7f * ones);
+            /* a byte below 0x20 (for bytes below 0x80), or a zero byte of del (a 0x7f); a byte of
+             * 0x80 or more can flag a neighbour falsely: the byte-by-byte look settles it */
+            if ((((w - 0x20 * ones) & ~w) | ((del - ones) & ~del)) & highs) {
+                for (int k = 0; k < 8; k++)
+                    if (control_char(p[i + k]))
+                        Py_RETURN_TRUE;
+            }
+        }
+        for (; i < n; i++)
+            if (control_char(p[i]))
+                Py_RETURN_TRUE;
+        Py_RETURN_FALSE;
+    }
+    for (; i < n; i++)
+        if (control_char(PyUnicode_READ(kind, data, i)))
+            Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"lines", lines, METH_VARARGS,
      "lines(buf, pos, end, final, marker, max_side) -> (list[str], keep, skipping): "
@@ -1188,6 +1235,9 @@ static PyMethodDef methods[] = {
      "every other line by fallback(line)"},
     {"table", table, METH_VARARGS,
      "table(events, titles, detail, width) -> str | None: the rows cli/xid.py's _write_rows writes, or None"},
+    {"has_control", has_control, METH_VARARGS,
+     "has_control(text) -> bool: whether text holds U+0000-U+0008, U+000B-U+001F or U+007F "
+     "(what a terminal acts on; tab and newline are text)"},
     {"configure", configure, METH_VARARGS,
      "configure(XidEvent, MmuFault, category_dict, category_func, decode_message, va_bits)"},
     {NULL, NULL, 0, NULL},
