@@ -7,6 +7,7 @@ machine, paired and interleaved, min/median/max), never compared with a number r
     python scripts/bench.py              # every row
     python scripts/bench.py kernlog      # rows whose name contains "kernlog"
     python scripts/bench.py --quick      # smaller inputs (a smoke test of the bench itself)
+    python scripts/bench.py stress --pairs 45   # more pairs for the noisy stress row
 
 Rows live in ``scripts/benchrows/<name>.py``; each defines ``ROWS``: a list of callables taking
 ``quick: bool`` and returning a :class:`benchrows.Row`. GPU-only rows measured on the H200 are
@@ -23,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import benchrows
 from benchrows import Row, format_table
 
 #: Order of the table; modules not listed here come after, by name.
@@ -40,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("filter", nargs="*", help="only rows whose module or title contains this")
     parser.add_argument("--quick", action="store_true", help="small inputs: checks the bench runs")
+    parser.add_argument("--pairs", type=int, metavar="N",
+                        help="pairs for the rows whose noise needs many (the stress row; default 15)")
     args = parser.parse_args(argv)
+    benchrows.PAIRS = args.pairs
     rows: list[Row] = []
     for name in discover():
         module = importlib.import_module(f"benchrows.{name}")

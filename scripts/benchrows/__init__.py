@@ -19,6 +19,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
+#: pairs a row whose noise needs many asks for, when given (``bench.py --pairs N``); None: its own
+PAIRS: int | None = None
+
+
+def pairs(default: int) -> int:
+    """The number of pairs for a noisy row: ``--pairs`` when given, else the row's own."""
+    return PAIRS if PAIRS is not None else default
+
+
 @dataclasses.dataclass(frozen=True)
 class Samples:
     """Wall times (seconds) of repeated runs of one side."""

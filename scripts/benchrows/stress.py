@@ -26,7 +26,7 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from benchrows import Row, paired, run_cmd
+from benchrows import Row, paired, pairs, run_cmd
 
 SUITE = textwrap.dedent('''
     import math
@@ -64,7 +64,7 @@ def _cpu_of(run: Callable[[], None], into: list[float]) -> Callable[[], None]:
 
 
 def stress_overhead(quick: bool) -> Row:
-    workers, count, repeat = (2, 5, 2) if quick else (8, 50, 15)
+    workers, count, repeat = (2, 5, 2) if quick else (8, 50, pairs(15))
     tmp = Path(tempfile.mkdtemp(prefix="faulthunt-bench-stress-"))
     env = _env()
     try:
@@ -102,8 +102,13 @@ def stress_overhead(quick: bool) -> Row:
         # pairs are (ours, base) in the order paired() ran them; warm-up samples come first
         ratios = sorted(o / b for o, b in zip(cpu["ours"][-repeat:], cpu["base"][-repeat:],
                                              strict=True) if b > 0)
+        # the middle half too: one pair moves by 10-20% here, its extremes say little
+        quarter = statistics.quantiles(ratios, n=4) if len(ratios) >= 4 else None
+        middle = f"; middle half {quarter[0]:.3f}-{quarter[2]:.3f}" if quarter else ""
         cpu_note = (f"; CPU of the whole process tree, ours/base: {statistics.median(ratios):.3f}x "
-                    f"({ratios[0]:.3f}-{ratios[-1]:.3f})" if ratios else "")
+                    f"({ratios[0]:.3f}-{ratios[-1]:.3f}{middle})" if ratios else "")
+        print("stress row, CPU ratio of each pair: " + " ".join(f"{r:.3f}" for r in ratios),
+              file=sys.stderr)
         return Row(capability="stress: parallel repeated run with crash-safe records",
                    ours=f"faulthunt stress -n {workers} --count {count}",
                    baseline=f"pytest -n {workers} --count {count} -p xdist -p repeat",
