@@ -357,6 +357,11 @@ def test_control_characters_of_the_log_are_shown_not_acted_on(tmp_path: Path,
         out = capsys.readouterr().out
         assert "\x1b" not in out and "\x07" not in out
         assert "py\\x1b[31mEVIL\\x07" in out
+    assert main(["xid", "parse", str(log)]) == 0
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    # the columns are measured as shown: the escaped name pushes none of the row's cells out of line
+    assert row.index("application memory fault") == header.index("category")
+    assert row.index("py\\x1b") == header.index("process")
     assert main(["xid", "parse", "--json", str(log)]) == 0  # JSON keeps the data exact
     assert json.loads(capsys.readouterr().out.splitlines()[0])["process"] == "py\x1b[31mEVIL\x07"
     assert main(["xid", "cursor", "--source", f"file:{log}"]) == 0

@@ -82,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
+def _escape(text: str) -> str:
+    """``text`` with each control character as its escape (``\\x1b``)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
 class _Visible:
     """A text stream for people: a kernel log's text (a process name is any 15 bytes a program
     chose) reaches the terminal with its control characters shown as escapes (``\\x1b``), never
@@ -95,7 +100,7 @@ class _Visible:
 
     def write(self, text: str) -> int:
         if self._has_control(text):
-            text = _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+            text = _escape(text)
         return self._out.write(text)
 
     def flush(self) -> None:
@@ -178,24 +183,30 @@ def _write_rows(events: list[XidEvent], out: IO[str], width: int) -> None:
     compiled module is built, it lays out the same text (tests/test_xid_table.py holds the two equal).
     """
     from faulthunt.kernlog.catalog import classify
-    from faulthunt.kernlog.parse import native_table
+    from faulthunt.kernlog.parse import has_control, native_table
 
     titles = {xid: classify(xid).title for xid in {ev.xid for ev in events}}
     if native_table is not None:  # the same text laid out in C (kernlog/_scan.c), None when it declines
         text = native_table(list(events), titles, _detail, width)
-        if text is not None:
+        # A control character in a cell (a process name is any bytes a program chose) is shown as
+        # an escape four characters wide: the layout below measures the cells as they are shown.
+        if text is not None and not has_control(text):
             out.write(text)
             return
+
+    def shown(cell: str) -> str:
+        return _escape(cell) if has_control(cell) else cell
+
     columns = [
-        ["time", *("%.6f" % ev.ts if ev.ts is not None else ev.wall or "-" for ev in events)],
+        ["time", *("%.6f" % ev.ts if ev.ts is not None else shown(ev.wall or "-") for ev in events)],
         ["xid", *(str(ev.xid) for ev in events)],
-        ["gpu", *(ev.pci or "-" for ev in events)],
+        ["gpu", *(shown(ev.pci or "-") for ev in events)],
         ["pid", *("-" if ev.pid is None else str(ev.pid) for ev in events)],
-        ["process", *(ev.process or "-" for ev in events)],
+        ["process", *(shown(ev.process or "-") for ev in events)],
         ["category", *(titles[ev.xid] for ev in events)],
     ]
     widths = [max(map(len, col)) for col in columns]
-    details = ["detail", *map(_detail, events)]
+    details = ["detail", *(shown(_detail(ev)) for ev in events)]
     room = width - sum(widths) - 2 * len(widths)  # what a line has left for its detail
     if room >= 3:
         # a line longer than `width` is its first width-3 characters and "...": that cut falls in the detail
