@@ -75,6 +75,10 @@ def test_the_c_layout_declines_what_it_does_not_lay_out() -> None:
     assert P.native_table([ev], {31: "t"}, X._detail, 20) is None  # no room for a detail: Python cuts each line
     odd = XidEvent(31, "0000:3b:00", None, None, 7, "p", "m", "x", None, None, ts=5)  # type: ignore[arg-type]
     assert P.native_table([odd], {31: "t"}, X._detail, 160) is None  # an int time: Python formats it
+    for hostile in (XidEvent(31, "0000:3b:00", None, None, 7, "p\x1bq", "m", "x", None, None),
+                    XidEvent(31, "0000:3b:00", None, None, 7, "p", "m\x07", "x", None, None)):
+        # a control character in a cell (process, detail): shown escaped, so Python measures it
+        assert P.native_table([ev, hostile], {31: "t"}, X._detail, 160) is None
 
 
 _TIMES = [0.0078125, 0.0000005, 5.0000005, 1e-7, 4.9999995, 999999999.9999995, 999999999.999999, 1e9, 2.0 ** -20,

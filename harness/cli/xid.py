@@ -186,11 +186,12 @@ def _write_rows(events: list[XidEvent], out: IO[str], width: int) -> None:
     from faulthunt.kernlog.parse import has_control, native_table
 
     titles = {xid: classify(xid).title for xid in {ev.xid for ev in events}}
-    if native_table is not None:  # the same text laid out in C (kernlog/_scan.c), None when it declines
+    # The same text laid out in C (kernlog/_scan.c), None when it declines: among others for a
+    # control character in a cell (a process name is any bytes a program chose), which is shown
+    # as an escape four characters wide: the layout below measures the cells as they are shown.
+    if native_table is not None:
         text = native_table(list(events), titles, _detail, width)
-        # A control character in a cell (a process name is any bytes a program chose) is shown as
-        # an escape four characters wide: the layout below measures the cells as they are shown.
-        if text is not None and not has_control(text):
+        if text is not None:
             out.write(text)
             return
 

@@ -875,7 +875,9 @@ configure(PyObject *self, PyObject *args)
  * events (the header and one row per event: time, xid, gpu, pid, process, category padded to their
  * column's width, two spaces apart, then the detail -- detail(ev), made here for the two commonest
  * kinds of line -- cut to the room a `width` line has left with "..."), in one string; lengths in code points, as Python's %-format counts them. None (the caller
- * then lays the table out in Python) for anything off the usual types or a width leaving no room.
+ * then lays the table out in Python) for anything off the usual types, a width leaving no room, or
+ * a cell holding a control character (shown escaped, so wider than it is: the Python layout
+ * measures the escaped cells).
  */
 
 
@@ -1070,6 +1072,59 @@ cell(PyObject *ev, int col, PyObject *titles, PyObject *xid_texts)
     return NULL;
 }
 
+/* Whether a str holds a character a terminal acts on rather than shows (cli/xid.py's _CONTROL:
+ * U+0000-U+0008, U+000B-U+001F, U+007F; tab and newline are text). The Xid table of a big log is
+ * megabytes written at once: a regular-expression scan of it cost more than laying it out.
+ * One-byte text (the usual: ASCII and Latin-1) is read 8 bytes a step; a word with no byte below
+ * 0x20 and none equal to 0x7f is clean, any other word is read byte by byte. */
+static int
+control_char(Py_UCS4 c)
+{
+    return (c < 0x20 && c != 0x09 && c != 0x0a) || c == 0x7f;
+}
+
+static int
+str_has_control(PyObject *text)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), i = 0;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const unsigned char *p = data;
+        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+        for (; i + 8 <= n; i += 8) {
+            uint64_t w, del;
+            memcpy(&w, p + i, 8);
+            del = w ^ (0x7f * ones);
+            /* a byte below 0x20 (for bytes below 0x80), or a zero byte of del (a 0x7f); a byte of
+             * 0x80 or more can flag a neighbour falsely: the byte-by-byte look settles it */
+            if ((((w - 0x20 * ones) & ~w) | ((del - ones) & ~del)) & highs) {
+                for (int k = 0; k < 8; k++)
+                    if (control_char(p[i + k]))
+                        return 1;
+            }
+        }
+        for (; i < n; i++)
+            if (control_char(p[i]))
+                return 1;
+        return 0;
+    }
+    for (; i < n; i++)
+        if (control_char(PyUnicode_READ(kind, data, i)))
+            return 1;
+    return 0;
+}
+
+/* has_control(text) -> bool: str_has_control for Python (cli/xid.py's guard of every write) */
+static PyObject *
+has_control(PyObject *self, PyObject *args)
+{
+    PyObject *text;
+    if (!PyArg_ParseTuple(args, "U", &text))
+        return NULL;
+    return PyBool_FromLong(str_has_control(text));
+}
+
 static PyObject *
 table(PyObject *self, PyObject *args)
 {
@@ -1109,6 +1164,10 @@ table(PyObject *self, PyObject *args)
                 v = cell(ev, c, titles, xid_texts);
             if (v == NULL)
                 goto fallback;
+            if (str_has_control(v)) {  /* shown escaped, wider than it is: Python measures it so */
+                Py_DECREF(v);
+                goto fallback;
+            }
             cells[r * NCOLS + c] = v;
             if (c < NCOLS - 1 && PyUnicode_GET_LENGTH(v) > widths[c])
                 widths[c] = PyUnicode_GET_LENGTH(v);
@@ -1178,52 +1237,6 @@ done:
     Py_XDECREF(last_key);
     Py_XDECREF(last_words);
     return ret;
-}
-
-/* has_control(text) -> bool: whether text holds a character a terminal acts on rather than shows
- * (cli/xid.py's _CONTROL: U+0000-U+0008, U+000B-U+001F, U+007F; tab and newline are text). The
- * Xid table of a big log is megabytes written at once: a regular-expression scan of it cost more
- * than laying it out. One-byte text (the usual: ASCII and Latin-1) is read 8 bytes a step; a word
- * with no byte below 0x20 and none equal to 0x7f is clean, any other word is read byte by byte. */
-static int
-control_char(Py_UCS4 c)
-{
-    return (c < 0x20 && c != 0x09 && c != 0x0a) || c == 0x7f;
-}
-
-static PyObject *
-has_control(PyObject *self, PyObject *args)
-{
-    PyObject *text;
-    if (!PyArg_ParseTuple(args, "U", &text))
-        return NULL;
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text), i = 0;
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    if (kind == PyUnicode_1BYTE_KIND) {
-        const unsigned char *p = data;
-        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-        for (; i + 8 <= n; i += 8) {
-            uint64_t w, del;
-            memcpy(&w, p + i, 8);
-            del = w ^ (0x7f * ones);
-            /* a byte below 0x20 (for bytes below 0x80), or a zero byte of del (a 0x7f); a byte of
-             * 0x80 or more can flag a neighbour falsely: the byte-by-byte look settles it */
-            if ((((w - 0x20 * ones) & ~w) | ((del - ones) & ~del)) & highs) {
-                for (int k = 0; k < 8; k++)
-                    if (control_char(p[i + k]))
-                        Py_RETURN_TRUE;
-            }
-        }
-        for (; i < n; i++)
-            if (control_char(p[i]))
-                Py_RETURN_TRUE;
-        Py_RETURN_FALSE;
-    }
-    for (; i < n; i++)
-        if (control_char(PyUnicode_READ(kind, data, i)))
-            Py_RETURN_TRUE;
-    Py_RETURN_FALSE;
 }
 
 static PyMethodDef methods[] = {
