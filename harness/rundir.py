@@ -30,7 +30,6 @@ never writes, and never raises on bad data: what it could not read is a
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import os
@@ -202,7 +201,9 @@ def require_run(path: Path) -> Path:
 def _default(obj: Any) -> Any:
     if isinstance(obj, msgspec.Struct):
         return msgspec.to_builtins(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if hasattr(type(obj), "__dataclass_fields__"):  # an instance (a class has no such type)
+        import dataclasses
+
         return dataclasses.asdict(obj)
     if isinstance(obj, Path):
         return str(obj)

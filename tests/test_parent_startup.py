@@ -245,8 +245,14 @@ def test_the_run_s_collector_freeze_is_thawed_for_a_caller_in_the_same_process(
     from faulthunt.cli import stress as stress_cli
 
     frozen_during: list[int] = []
-    monkeypatch.setattr(stress_cli, "_run", lambda args, opts: frozen_during.append(
-        gc.get_freeze_count()) or 0)
+
+    def fake_run(args: object, opts: object, once_started: object = None) -> int:
+        assert callable(once_started)
+        once_started()  # what the run does once pytest is running
+        frozen_during.append(gc.get_freeze_count())
+        return 0
+
+    monkeypatch.setattr(stress_cli, "_run", fake_run)
     before = gc.get_freeze_count()
     try:
         assert cli.main(["stress", "--xid-source", "none", "t.py"]) == 0
@@ -256,3 +262,54 @@ def test_the_run_s_collector_freeze_is_thawed_for_a_caller_in_the_same_process(
     finally:
         gc.unfreeze()
     assert frozen_during[0] > before
+
+
+#: what the parent imports only once pytest runs: the analysis, and dataclasses with inspect,
+#: ast, dis and tokenize (each was on the way to pytest's start)
+NOT_BEFORE_PYTEST = ("faulthunt.stress.analyse", "faulthunt.summary", "faulthunt.records.run",
+                     "dataclasses", "inspect", "ast", "dis", "tokenize")
+
+
+def test_what_the_parent_imports_before_pytest_starts_leaves_out_the_analysis() -> None:
+    loaded = _fresh(
+        "import sys\n"
+        "from faulthunt.leanimport import msgspec_without_typing_extensions\n"
+        "msgspec_without_typing_extensions()  # as the console script does\n"
+        "import faulthunt.cli.stress, faulthunt.stress.options, faulthunt.stress.collect\n"
+        "import faulthunt.stress.child, faulthunt.stress.output, faulthunt.kernlog.sources\n"
+        "import faulthunt.rundir, faulthunt.records.codec, faulthunt.redact\n"
+        f"out = [m for m in {NOT_BEFORE_PYTEST!r} if m in sys.modules]")
+    assert loaded == []
+
+
+def test_pytest_starts_after_the_cursor_and_before_the_rest(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel-log cursor is taken before pytest starts; the log written down and followed,
+    the analysis's imports and the caller's ``once_started`` come after it started."""
+    from faulthunt.stress import StressOptions, collect, run_stress
+
+    order: list[str] = []
+    watch = collect.KernelLogWatch
+    monkeypatch.setattr(watch, "mark", lambda self, m=watch.mark: (order.append("cursor"),
+                                                                   m(self))[1])
+    monkeypatch.setattr(watch, "follow", lambda self, f=watch.follow: (order.append("follow"),
+                                                                       f(self))[1])
+
+    class Child(collect.PytestChild):
+        def __init__(self, *args: object) -> None:
+            order.append("pytest started")
+            super().__init__(*args)
+
+    monkeypatch.setattr(collect, "PytestChild", Child)
+
+    def started() -> None:
+        order.append("once_started")
+        assert "faulthunt.stress.analyse" in sys.modules
+
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    result = run_stress(StressOptions(pytest_args=("test_one.py", "-p", "no:cacheprovider"),
+                                      workers=0, count=1, cwd=tmp_path, quiet=True,
+                                      xid_source="none", run_dir=tmp_path / "run"),
+                        once_started=started)
+    assert result.exit_status == 0 and result.summary["tests_run"] == 1
+    assert order == ["cursor", "pytest started", "follow", "once_started"]

@@ -330,7 +330,9 @@ def test_kernel_log_watch_against_the_contract(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "faulthunt.kernlog.sources", mod)
     live, warned = [], []
     watch = KernelLogWatch(tmp_path, mod.open_source("auto"), warned.append, live.append)
-    watch.start()
+    watch.mark()  # before pytest starts
+    assert calls == ["cursor"] and not (tmp_path / "kmsg_cursor.json").exists()
+    watch.follow()  # while it starts
     got = watch.stop()
     assert calls == ["cursor", "snapshot", "start", "stop", "snapshot"]
     assert json.loads((tmp_path / "kmsg_cursor.json").read_text()) == {"source": "double",

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from faulthunt.stress import StressOptions
 
@@ -168,25 +168,24 @@ def _check_unknown_options(extra: Sequence[str], own: Sequence[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     import gc
 
-    import faulthunt.stress.analyse
-    import faulthunt.stress.collect  # noqa: F401 - run_stress's own imports, made before the freeze
-
     opts = options(args)
-    # What start-up made (modules, classes, the options) lives to the end of the process:
-    # frozen, the cyclic collector's passes during the run, the analysis (thousands of records
-    # decoded) and the exit (faulthunt.cli._settle_heap) stop walking it again and again (about
-    # 7 M instructions of the parent). Thawed after the run unless the process ends with it, so
-    # that a caller in the same process (tests) keeps its collector as it was. (Not in
-    # run_stress: a bisect calls that many times in one process.)
-    gc.freeze()
     try:
-        return _run(args, opts)
+        # What start-up made (modules, classes, the options) and what the analysis will need
+        # (imported while pytest starts) live to the end of the process: frozen once pytest
+        # runs, the cyclic collector's passes during the run, the analysis (thousands of
+        # records decoded) and the exit (faulthunt.cli._settle_heap) stop walking them again and
+        # again (about 7 M instructions of the parent). Frozen after pytest's start, not
+        # before: pytest starts sooner. Thawed after the run unless the process ends with it,
+        # so that a caller in the same process (tests) keeps its collector as it was. (Not in
+        # run_stress: a bisect calls that many times in one process.)
+        return _run(args, opts, once_started=gc.freeze)
     finally:
         if not getattr(args, "exiting", False):
             gc.unfreeze()
 
 
-def _run(args: argparse.Namespace, opts: StressOptions) -> int:
+def _run(args: argparse.Namespace, opts: StressOptions,
+         once_started: Callable[[], None] | None = None) -> int:
     import sys
 
     from faulthunt.errors import FaulthuntError
@@ -198,7 +197,7 @@ def _run(args: argparse.Namespace, opts: StressOptions) -> int:
 
         # Off a terminal (CI logs, files) rich would wrap the table at 80 columns.
         console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    result = run_stress(opts, console=console)
+    result = run_stress(opts, console=console, once_started=once_started)
     if console is not None:
         from faulthunt.report.terminal import render_summary
 

@@ -8,7 +8,6 @@ A record that does not decode is never an exception for the caller: it becomes a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any, TypeVar, cast
@@ -21,9 +20,11 @@ T = TypeVar("T")
 _WHY_LIMIT = 200
 
 
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """A part of a run directory that could not be read: which file, which line, why."""
+class Problem(msgspec.Struct, frozen=True):
+    """A part of a run directory that could not be read: which file, which line, why.
+
+    (A Struct, not a dataclass: `faulthunt stress` imports this module before it starts pytest,
+    and the dataclasses module would bring inspect, ast, dis and tokenize onto that path.)"""
 
     file: str
     line: int | None

@@ -51,16 +51,18 @@ def __getattr__(name: str) -> Any:
 
 
 def run_stress(opts: StressOptions, *, console: Any = None,
-               on_line: Callable[[str], None] | None = None) -> StressResult:
+               on_line: Callable[[str], None] | None = None,
+               once_started: Callable[[], None] | None = None) -> StressResult:
     """Check, collect, analyse: one stress run, everything recorded in its run directory.
 
-    Raises UsageError (before anything starts) for a bad option and DiskFullError when the run
-    directory cannot be made at all; anything later ends in the result.
+    ``once_started`` is called once pytest is running, after the analysis's modules are
+    imported (the CLI freezes its heap there). Raises UsageError (before anything starts) for a
+    bad option and DiskFullError when the run directory cannot be made at all; anything later
+    ends in the result.
     """
     import sys
 
     from faulthunt.rundir import RunDir
-    from faulthunt.stress.analyse import analyse, save
     from faulthunt.stress.collect import _Stopper, collect, stop_signals
     from faulthunt.stress.options import check
 
@@ -76,7 +78,10 @@ def run_stress(opts: StressOptions, *, console: Any = None,
     # the handlers stay until the result is written: a stop during the analysis is a no-op
     with stop_signals(stopper):
         got = collect(plan, stopper, warn=warn, warnings=warnings, console=console,
-                      on_line=on_line)
+                      on_line=on_line, once_started=once_started)
+        # imported while pytest ran (collect's warm-up): not on the way to pytest's start
+        from faulthunt.stress.analyse import analyse, save
+
         return save(analyse(RunDir(got.run_dir), got), got, warn)
 
 

@@ -147,12 +147,11 @@ class KernelLogWatch:
         self.disk_full: list[str] = []
         self._seen: dict[tuple[Any, str], float] = {}
 
-    def start(self) -> None:
+    def mark(self) -> None:
+        """The cursor: where the run's part of the log begins (taken before pytest starts)."""
         if self.source is None:
             self.status["error"] = "--xid-source none"
             return
-        from faulthunt.kernlog import sources
-
         try:
             self.cursor = self.source.cursor()
         except FaulthuntError as exc:
@@ -160,7 +159,14 @@ class KernelLogWatch:
             self.status["error"] = str(exc)
             self.warn(f"kernel log: {exc}")
             self.source = None
+
+    def follow(self) -> None:
+        """The cursor and the log as it was written down, then the follower from the cursor on
+        (while pytest starts: everything since the cursor is read either way)."""
+        if self.source is None or self.cursor is None:
             return
+        from faulthunt.kernlog import sources
+
         write_json_atomic(self.run_dir / Layout.KMSG_CURSOR,
                           {"source": self.source.name, "cursor": self.cursor.to_json()},
                           fsync=False)
@@ -270,8 +276,9 @@ def _identity() -> dict[str, Any]:
 
 def _warm_imports(render: bool) -> None:
     """Import what analysis (and rendering, when there is a table to draw) needs while pytest
-    runs (off the critical path)."""
-    import faulthunt.summary
+    starts (off the critical path: pytest's start-up keeps one core, this takes the other)."""
+    import faulthunt.stress.analyse
+    import faulthunt.summary  # noqa: F401
 
     if render:
         import faulthunt.report.terminal  # noqa: F401
@@ -305,19 +312,35 @@ class _XidLog:
 
 def collect(plan: Plan, stopper: _Stopper, *, warn: Callable[[str], None],
             warnings: list[str], console: Any = None,
-            on_line: Callable[[str], None] | None = None) -> Collected:
-    """Run pytest for ``plan``, recording everything into a new run directory."""
+            on_line: Callable[[str], None] | None = None,
+            once_started: Callable[[], None] | None = None) -> Collected:
+    """Run pytest for ``plan``, recording everything into a new run directory.
+
+    Only what pytest needs, or what must come first, is done before it starts: the run directory
+    and run.json, the kernel-log cursor. The rest (the log written down and followed from the
+    cursor, env.json, identity.json, the analysis's imports, then ``once_started``) is done
+    while pytest starts, which keeps one core busy for a few hundred milliseconds.
+    """
     run_dir, run_info = _open_run(plan, warn)
     disk_full: list[str] = []
     progress = Progress(run_dir)
     xid_log = _XidLog(run_dir, progress, disk_full)
     kernlog = KernelLogWatch(run_dir, plan.xid_source, warn, xid_log.record)
-    kernlog.start()
+    kernlog.mark()
+
+    def while_pytest_starts() -> None:
+        kernlog.follow()
+        _warm_imports(not plan.opts.quiet)
+        if once_started is not None:
+            once_started()
+
     output = PytestOutput()
     ran = None
     if stopper.early is None:  # a stop before pytest started: nothing runs
         ran = _run_pytest(plan, run_dir, stopper, output, progress, disk_full, warn, console,
-                          on_line)
+                          on_line, while_pytest_starts)
+    else:
+        kernlog.follow()
     xids = _stop_kernel_log(kernlog, disk_full)
     xid_log.close()
     _seal_ledgers(run_dir)
@@ -355,11 +378,10 @@ def _open_run(plan: Plan, warn: Callable[[str], None]) -> tuple[Path, RunInfo]:
 
 def _run_pytest(plan: Plan, run_dir: Path, stopper: _Stopper, output: PytestOutput,
                 progress: Progress, disk_full: list[str], warn: Callable[[str], None],
-                console: Any, on_line: Callable[[str], None] | None
-                ) -> tuple[PytestChild, OutputPump, list[int]]:
-    """pytest from start to end (stopped whole on a stop signal), its output pumped."""
-    from faulthunt.redact import redact_env
-
+                console: Any, on_line: Callable[[str], None] | None,
+                while_starting: Callable[[], None]) -> tuple[PytestChild, OutputPump, list[int]]:
+    """pytest from start to end (stopped whole on a stop signal), its output pumped;
+    ``while_starting`` and the run's own records are done once it is started."""
     env = build_env(plan.opts, run_dir)
     child = PytestChild(plan.argv, plan.cwd, env)
     stopper.child = child
@@ -368,11 +390,13 @@ def _run_pytest(plan: Plan, run_dir: Path, stopper: _Stopper, output: PytestOutp
     if stopper.early is not None:  # came while pytest was being started
         child.stop(stopper.early)
     # while pytest starts its workers
+    from faulthunt.redact import redact_env
+
     _write_or_note(disk_full, lambda: write_json_atomic(run_dir / Layout.ENV, redact_env(env),
                                                         fsync=False))
     _write_or_note(disk_full, lambda: write_json_atomic(run_dir / Layout.IDENTITY, _identity(),
                                                         fsync=False))
-    _warm_imports(not plan.opts.quiet)
+    while_starting()
     _wait(child, _live(console, progress, plan.opts.quiet), progress, output)
     leftovers = child.end_leftovers()
     if not pump.join(OUTPUT_GRACE_S):
