@@ -30,20 +30,18 @@ by a busy machine.
 
 from __future__ import annotations
 
-import atexit
-import functools
 import os
 import random
 import resource
 import shutil
 import statistics
 import subprocess
-import sys
-import sysconfig
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from benchrows._install import compiled as _compiled
+from benchrows._install import installed as _installed
 from benchrows import Row, command, paired
 
 #: as a user's install has them: Python's compiled modules cached (this machine's environment sets
@@ -150,51 +148,6 @@ def _faulthunt() -> str:
     if exe is None:
         raise SystemExit("faulthunt is not on PATH: pip install -e . in this environment")
     return exe
-
-
-_CONSOLE_SCRIPT = """#!{python}
-import sys
-from faulthunt.cli import console_main
-if __name__ == '__main__':
-    sys.argv[0] = sys.argv[0].removesuffix('.exe')
-    sys.exit(console_main())
-"""
-
-
-@functools.cache
-def _installed() -> str:
-    """faulthunt as ``pip install`` lays it out, in a fresh venv; returns its console script.
-
-    The package is copied from this checkout (``faulthunt`` from harness/, ``faulthunt.kernels`` from
-    kernels/, as pyproject.toml's package-dir maps them) into a site directory; the venv's .pth adds
-    that directory and this environment's site-packages (for faulthunt's dependencies) as plain
-    paths, so no editable-install hook is imported. Removed when the bench ends.
-    """
-    root = Path(__file__).resolve().parents[2]
-    tmp = Path(tempfile.mkdtemp(prefix="faulthunt-bench-install-"))
-    atexit.register(shutil.rmtree, tmp, True)
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
-    site = tmp / "site"
-    shutil.copytree(root / "harness", site / "faulthunt", ignore=skip)
-    shutil.copytree(root / "kernels", site / "faulthunt" / "kernels", ignore=skip)
-    venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    Path(purelib, "faulthunt-bench.pth").write_text("\n".join([str(site), *sorted(deps)]) + "\n")
-    script = venv / "bin" / "faulthunt"
-    script.write_text(_CONSOLE_SCRIPT.format(python=python))
-    script.chmod(0o755)
-    return str(script)
-
-
-def _compiled() -> bool:
-    """Whether the install the rows run has kernlog's compiled part (built in the checkout by
-    ``pip install -e .``, copied with it; without it faulthunt takes its pure-Python route)."""
-    site = Path(_installed()).parents[2] / "site" / "faulthunt" / "kernlog"
-    return any(site.glob("_scan*.so"))
 
 
 def _cpu_timed(run: Callable[[], object], into: list[float]) -> Callable[[], object]:
