@@ -446,3 +446,37 @@ def test_stress_no_xdist_hang_says_what_never_ran(tmp_path):
         "the hang of test_h.py::test_hang[1-2] ended the single pytest process (-n 0): 5 of 8 "
         "collected test runs never ran (use -n 1 or more: a hung worker is replaced and the rest run)")
     assert "5 of 8 collected test runs never ran" in proc.stdout
+
+
+def test_a_full_disk_while_pytest_starts_loses_the_log_s_files_not_its_follower(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel log is written down and followed once pytest runs: a full disk then costs
+    kmsg_cursor.json and kmsg_before.txt, said in disk_full, and the follower still starts."""
+    import types
+
+    from faulthunt.kernlog import sources
+    from faulthunt.rundir import DiskFullError
+    from faulthunt.stress import collect
+
+    started: list[object] = []
+
+    class Follower:
+        def __init__(self, source: object, cursor: object, on_event: object) -> None:
+            started.append(cursor)
+
+        def start(self) -> None:
+            pass
+
+    def full(path: Path, *args: object, **kwargs: object) -> None:
+        raise DiskFullError(f"disk full at {path}: No space left on device")
+
+    cursor = types.SimpleNamespace(to_json=lambda: {"seq": 1})
+    source = types.SimpleNamespace(name="double", cursor=lambda: cursor, snapshot=lambda: "x\n")
+    monkeypatch.setattr(sources, "Follower", Follower)
+    monkeypatch.setattr(collect, "write_json_atomic", full)
+    watch = collect.KernelLogWatch(tmp_path, source, lambda msg: None, lambda rec: None)
+    watch.mark()
+    watch.follow()
+    assert started == [cursor] and watch.status["source"] == "double"
+    assert watch.disk_full == [f"disk full at {tmp_path / 'kmsg_cursor.json'}: No space left on "
+                               "device"]
