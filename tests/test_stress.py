@@ -480,3 +480,31 @@ def test_a_full_disk_while_pytest_starts_loses_the_log_s_files_not_its_follower(
     assert started == [cursor] and watch.status["source"] == "double"
     assert watch.disk_full == [f"disk full at {tmp_path / 'kmsg_cursor.json'}: No space left on "
                                "device"]
+
+
+def test_an_error_while_pytest_starts_leaves_no_pytest_running(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """What runs while pytest starts runs after its exec: an error there stops pytest's whole
+    process group before it reaches the caller."""
+    from faulthunt.stress import StressOptions, collect, run_stress
+    from faulthunt.stress.child import group_members
+
+    children: list[collect.PytestChild] = []
+
+    class Child(collect.PytestChild):
+        def __init__(self, *args: object) -> None:
+            super().__init__(*args)
+            children.append(self)
+
+    def broken() -> None:
+        raise RuntimeError("broken while pytest starts")
+
+    monkeypatch.setattr(collect, "PytestChild", Child)
+    (tmp_path / "test_slow.py").write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
+    with pytest.raises(RuntimeError, match="broken while pytest starts"):
+        run_stress(StressOptions(pytest_args=("test_slow.py", "-p", "no:cacheprovider"),
+                                 workers=0, count=1, cwd=tmp_path, quiet=True, xid_source="none",
+                                 run_dir=tmp_path / "run"), once_started=broken)
+    [child] = children
+    assert child.wait(0) and child.stop_signal is not None
+    assert group_members(child.pgid) == []

@@ -27,7 +27,7 @@ from faulthunt.records.events import Crash, Recycled, TestEnd, TestStart
 from faulthunt.rundir import (DEFAULT_BASE, DiskFullError, JsonlWriter, Layout, RunDir, RunTail,
                               create_run_dir, write_json_atomic, write_run_info,
                               write_text_atomic)
-from faulthunt.stress.child import PytestChild
+from faulthunt.stress.child import STOP_GRACE_S, PytestChild
 from faulthunt.stress.options import Plan, build_env
 from faulthunt.stress.output import OutputPump, PytestOutput
 
@@ -400,14 +400,17 @@ def _run_pytest(plan: Plan, run_dir: Path, stopper: _Stopper, output: PytestOutp
     pump.start()
     if stopper.early is not None:  # came while pytest was being started
         child.stop(stopper.early)
-    # while pytest starts its workers
-    from faulthunt.redact import redact_env
+    try:  # while pytest starts its workers
+        from faulthunt.redact import redact_env
 
-    _write_or_note(disk_full, lambda: write_json_atomic(run_dir / Layout.ENV, redact_env(env),
-                                                        fsync=False))
-    _write_or_note(disk_full, lambda: write_json_atomic(run_dir / Layout.IDENTITY, _identity(),
-                                                        fsync=False))
-    while_starting()
+        _write_or_note(disk_full, lambda: write_json_atomic(run_dir / Layout.ENV,
+                                                            redact_env(env), fsync=False))
+        _write_or_note(disk_full, lambda: write_json_atomic(run_dir / Layout.IDENTITY,
+                                                            _identity(), fsync=False))
+        while_starting()
+    except BaseException:
+        _abandon(child, pump)
+        raise
     _wait(child, _live(console, progress, plan.opts.quiet), progress, output)
     leftovers = child.end_leftovers()
     if not pump.join(OUTPUT_GRACE_S):
@@ -417,6 +420,16 @@ def _run_pytest(plan: Plan, run_dir: Path, stopper: _Stopper, output: PytestOutp
     if pump.error:
         warn(pump.error)
     return child, pump, leftovers
+
+
+def _abandon(child: PytestChild, pump: OutputPump) -> None:
+    """pytest runs, and faulthunt cannot go on with the run (an error while it started): its
+    process group is stopped as a stop signal stops it, so that nothing is left running."""
+    child.stop(signal.SIGTERM)
+    child.wait(STOP_GRACE_S[signal.SIGTERM] + 1.0)
+    child.end_leftovers()
+    pump.join(OUTPUT_GRACE_S)
+    child.close()
 
 
 def _wait(child: PytestChild, live: _LiveLine | None, progress: Progress,
