@@ -58,6 +58,14 @@ def test_quiet_line_counts_xids_collection_errors_and_a_stop() -> None:
                            "next: faulthunt report --run /r/2 ")
 
 
+def test_quiet_line_of_a_run_stopped_by_a_signal_says_so() -> None:
+    """A stop before any test ran is the reason for "0 test runs" (summary.json's stopped_by)."""
+    summary = {"tests_run": 0, "outcomes": {}, "failures": [], "xids": [], "stopped_by": "SIGTERM"}
+    line = quiet_line(summary, Path("/r/5"), 143)
+    assert line.startswith("faulthunt stress: 0 test runs: 0 passed, 0 failing, 0 Xids; stopped by "
+                           "SIGTERM: pytest and its workers were ended; run directory: /r/5; next:")
+
+
 def test_quiet_line_of_an_empty_or_damaged_summary_still_names_the_run() -> None:
     line = quiet_line({"outcomes": None, "failures": None}, Path("/r/3"), 2)
     assert line.startswith("faulthunt stress: 0 test runs: 0 passed, 0 failing, 0 Xids; "

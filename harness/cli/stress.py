@@ -236,10 +236,12 @@ def quiet_line(summary: dict[str, object], run_dir: Path, status: int) -> str:
     passed = outcomes.get("passed", 0) if isinstance(outcomes, dict) else 0
     errors = max(count("collection_errors"), count("collection_error_count"))
     stopped = summary.get("stopped_early")
+    by = summary.get("stopped_by")  # a stop signal: "0 test runs" then has its reason too
     line = (f"faulthunt stress: {plural(count('tests_run'), 'test run')}: {passed} passed, "
             f"{count('failures')} failing, {plural(count('xids'), 'Xid')}"
             + (f", {plural(errors, 'collection error')}" if errors else "")
             + (f"; stopped early: {stopped}" if stopped else "")
+            + (f"; stopped by {by}: pytest and its workers were ended" if by else "")
             + f"; run directory: {run_dir}")
     nothing = nothing_ran_text(summary, run_dir)
     if nothing:  # "0 test runs" never stands without its reason
