@@ -70,3 +70,19 @@ def test_count_of_a_failing_command_raises(tmp_path: Path) -> None:
         _cachegrind.count(["/bin/false"], out=tmp_path / "cg", cwd=tmp_path, env={},
                           stdout=tmp_path / "stdout")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stdout"]
+
+
+@needs_valgrind
+def test_count_tree_sums_every_process_started_under_the_command(tmp_path: Path) -> None:
+    """A shell that runs /bin/true twice: three processes, each counted once, the sum returned
+    and every output file removed."""
+    alone = _cachegrind.count(["/bin/true"], out=tmp_path / "one", cwd=tmp_path, env={},
+                              stdout=tmp_path / "stdout")
+    got, status = _cachegrind.count_tree(
+        ["/bin/sh", "-c", "/bin/true; /bin/true; exit 3"], out=tmp_path / "cg", cwd=tmp_path,
+        env={"PATH": "/bin:/usr/bin"}, stdout=tmp_path / "stdout")
+    assert status == 3 and len(got) == 3
+    assert sorted(cmd for cmd, _ in got) == ["/bin/sh -c /bin/true; /bin/true; exit 3",
+                                             "/bin/true", "/bin/true"]
+    assert sum(n for _, n in got) > 2 * alone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stdout"]

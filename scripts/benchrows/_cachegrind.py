@@ -55,3 +55,28 @@ def count(argv: Sequence[str], *, out: Path, cwd: Path, env: Mapping[str, str],
     finally:
         for written in out.parent.glob(f"{out.name}.*"):
             written.unlink()
+
+
+def count_tree(argv: Sequence[str], *, out: Path, cwd: Path, env: Mapping[str, str],
+               stdout: Path) -> tuple[list[tuple[str, int]], int]:
+    """Instructions of the process ``argv`` starts and of every process started under it
+    (followed through ``exec``: pytest's xdist workers, a tool it runs). Returns each process's
+    command line (cachegrind's ``cmd:``) with its count, and the exit status. A process killed
+    before it exits writes no file, so a caller checks that every process it expects is there.
+    Each writes ``out`` with its id after a dot, removed once read."""
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=yes",
+           f"--cachegrind-out-file={out}.%p", *argv]
+    with open(stdout, "wb") as fout:
+        proc = subprocess.run(cmd, cwd=cwd, env=dict(env), stdout=fout, stderr=subprocess.PIPE,
+                              check=False)
+    files = sorted(out.parent.glob(f"{out.name}.*"))
+    got = []
+    try:
+        for f in files:
+            text = f.read_text(errors="replace")
+            line = next((ln for ln in text.splitlines() if ln.startswith("cmd:")), "cmd:")
+            got.append((line[4:].strip(), instructions(text)))
+    finally:
+        for written in files:
+            written.unlink()
+    return got, proc.returncode
