@@ -31,7 +31,6 @@ class _Hiding:
         return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        # (``module`` below is only a default that is not None: "is the hidden module still hidden")
         if self._hidden in sys.modules:  # already imported: nothing left to spare
             self._inner.exec_module(module)
             return
@@ -40,13 +39,17 @@ class _Hiding:
         try:
             self._inner.exec_module(module)
         except ImportError:
-            if sys.modules.get(self._hidden, module) is None:
-                del sys.modules[self._hidden]
+            self._reveal()
             _forget(module, initial)
             self._inner.exec_module(module)  # it needs the module after all: as usual
         finally:
-            if sys.modules.get(self._hidden, module) is None:
-                del sys.modules[self._hidden]
+            self._reveal()
+
+    def _reveal(self) -> None:
+        """Make the hidden module importable again (its ``None`` entry gone; a module imported
+        meanwhile under that name stays)."""
+        if self._hidden in sys.modules and sys.modules[self._hidden] is None:
+            del sys.modules[self._hidden]
 
 
 def _forget(module: ModuleType, initial: dict[str, Any]) -> None:

@@ -409,9 +409,19 @@ def _run_pytest(plan: Plan, run_dir: Path, stopper: _Stopper, output: PytestOutp
                                                             _identity(), fsync=False))
         while_starting()
     except BaseException:
-        _abandon(child, pump)
+        # faulthunt cannot go on with the run: pytest is stopped whole, as a stop signal stops
+        # it, and ended like any run, so that nothing is left running
+        child.stop(signal.SIGTERM)
+        child.wait(STOP_GRACE_S[signal.SIGTERM] + 1.0)
+        _end(child, pump, warn)
         raise
     _wait(child, _live(console, progress, plan.opts.quiet), progress, output)
+    return child, pump, _end(child, pump, warn)
+
+
+def _end(child: PytestChild, pump: OutputPump, warn: Callable[[str], None]) -> list[int]:
+    """After pytest exited: what is left of its group ended (those pids returned), the rest of
+    its output read, the pipe closed."""
     leftovers = child.end_leftovers()
     if not pump.join(OUTPUT_GRACE_S):
         warn("pytest's output did not end after its processes did (a process outside its "
@@ -419,17 +429,7 @@ def _run_pytest(plan: Plan, run_dir: Path, stopper: _Stopper, output: PytestOutp
     child.close()
     if pump.error:
         warn(pump.error)
-    return child, pump, leftovers
-
-
-def _abandon(child: PytestChild, pump: OutputPump) -> None:
-    """pytest runs, and faulthunt cannot go on with the run (an error while it started): its
-    process group is stopped as a stop signal stops it, so that nothing is left running."""
-    child.stop(signal.SIGTERM)
-    child.wait(STOP_GRACE_S[signal.SIGTERM] + 1.0)
-    child.end_leftovers()
-    pump.join(OUTPUT_GRACE_S)
-    child.close()
+    return leftovers
 
 
 def _wait(child: PytestChild, live: _LiveLine | None, progress: Progress,
