@@ -19,6 +19,7 @@ install does not have.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import resource
 import shutil
@@ -56,6 +57,21 @@ def _env() -> dict[str, str]:
     return env
 
 
+#: the pytest options both sides of the overhead rows pass
+COMMON = ("-p", "no:cacheprovider", "-p", "no:benchmark", "-q")
+
+
+def _commands(workers: int, count: int) -> dict[str, Callable[[Path], list[str]]]:
+    """The overhead rows' two commands, as a user's install runs them: ``faulthunt stress`` into
+    the run directory given, and plain pytest with the same flags (which takes no run directory)."""
+    return {
+        "ours": lambda run: [installed(), "stress", "-n", str(workers), "--count", str(count),
+                             "-q", "--run-dir", str(run), "test_bench_suite.py", "--", *COMMON],
+        "base": lambda run: [installed_python(), "-m", "pytest", "-n", str(workers), "--count",
+                             str(count), "-p", "xdist", "-p", "repeat", "test_bench_suite.py",
+                             *COMMON]}
+
+
 def _cpu_of(run: Callable[[], None], into: list[float]) -> Callable[[], None]:
     """``run`` that also appends the CPU seconds (user + sys) of the processes it waited for,
     their own waited-for children included (pytest's xdist workers): on a shared machine the
@@ -74,17 +90,15 @@ def stress_overhead(quick: bool) -> Row:
     env = _env()
     try:
         (tmp / "test_bench_suite.py").write_text(SUITE)
-        common = ["-p", "no:cacheprovider", "-p", "no:benchmark", "-q"]
+        argv = _commands(workers, count)
         runs = tmp / "runs"
         made = [0]
 
         def ours() -> None:
             made[0] += 1
             run = runs / f"r{made[0]}"
-            proc = subprocess.run(
-                [installed(), "stress", "-n", str(workers), "--count",
-                 str(count), "-q", "--run-dir", str(run), "test_bench_suite.py", "--", *common],
-                cwd=tmp, env=env, stdout=subprocess.DEVNULL, check=False)
+            proc = subprocess.run(argv["ours"](run), cwd=tmp, env=env, stdout=subprocess.DEVNULL,
+                                  check=False)
             # Exit 1 with every test passed means the kernel log showed an Xid during the run:
             # on a shared machine another process's (other tests inject Xid lines into
             # /dev/kmsg here). The run did the full work, so its time counts; anything else fails.
@@ -96,9 +110,7 @@ def stress_overhead(quick: bool) -> Row:
                 raise subprocess.CalledProcessError(proc.returncode, proc.args)
 
         def baseline() -> None:
-            run_cmd([installed_python(), "-m", "pytest", "-n", str(workers), "--count", str(count),
-                     "-p", "xdist", "-p", "repeat", "test_bench_suite.py", *common], cwd=tmp,
-                    env=env)
+            run_cmd(argv["base"](tmp), cwd=tmp, env=env)
 
         cpu: dict[str, list[float]] = {"ours": [], "base": []}
         ours_t, base_t = paired(_cpu_of(ours, cpu["ours"]), _cpu_of(baseline, cpu["base"]),
@@ -140,13 +152,7 @@ def stress_instructions(quick: bool) -> Row:
     workers, count = (2, 5) if quick else (8, 50)
     tmp = Path(tempfile.mkdtemp(prefix="faulthunt-bench-stress-cg-"))
     env = _env()
-    common = ["-p", "no:cacheprovider", "-p", "no:benchmark", "-q"]
-    argv = {"ours": lambda run: [installed(), "stress", "-n", str(workers), "--count", str(count),
-                                 "-q", "--run-dir", str(run), "test_bench_suite.py", "--",
-                                 *common],
-            "base": lambda run: [installed_python(), "-m", "pytest", "-n", str(workers), "--count",
-                                 str(count), "-p", "xdist", "-p", "repeat", "test_bench_suite.py",
-                                 *common]}
+    argv = _commands(workers, count)
     try:
         (tmp / "test_bench_suite.py").write_text(SUITE)
         # xdist gives its workers 10 s to exit before it kills them, and a worker killed under
@@ -159,8 +165,6 @@ def stress_instructions(quick: bool) -> Row:
         for side in ("ours", "base"):
             _cpu_of(lambda side=side: run_cmd(argv[side](tmp / "warm"), cwd=tmp, env=env),
                     cpu)()
-        import concurrent.futures
-
         def counted(side: str) -> tuple[list[tuple[str, int]], int]:
             return _cachegrind.count_tree(argv[side](tmp / f"cg-{side}"), out=tmp / f"{side}.cg",
                                           cwd=tmp, env=env, stdout=tmp / f"{side}.out")
