@@ -53,8 +53,8 @@ from faulthunt.records.lines import FULL_ERRNOS as FULL_ERRNOS
 from faulthunt.records.lines import LineWriter, disk_full_text, is_full
 
 if TYPE_CHECKING:
-    # imported by spans() (TestSpan is a dataclass: about 5 M instructions to make, which every
-    # pytest process of a run would pay, though only the analysis reads spans)
+    # imported by spans(): only the analysis reads spans, and a pytest process of a run need
+    # not import the module
     from faulthunt.records.run import TestSpan
 
 T = TypeVar("T")

@@ -282,6 +282,25 @@ def test_what_the_parent_imports_before_pytest_starts_leaves_out_the_analysis() 
     assert loaded == []
 
 
+def test_the_parents_analysis_imports_no_dataclasses() -> None:
+    """The analysis after pytest's end (spans, summary, the stress result) makes no dataclass:
+    the dataclasses module brings inspect, ast, dis and tokenize, and making a dataclass
+    compiles its methods, ~35 M instructions of the parent's run."""
+    loaded = _fresh(
+        "import sys\n"
+        "from faulthunt.leanimport import msgspec_without_typing_extensions\n"
+        "msgspec_without_typing_extensions()  # as the console script does\n"
+        "import faulthunt.cli.stress, faulthunt.stress.collect, faulthunt.stress.analyse\n"
+        "import faulthunt.summary, faulthunt.records.run\n"
+        "from faulthunt.records.run import TestSpan\n"
+        "span = TestSpan('t.py::a', 't.py::a', 'gw0', 1, 0.0, 0.0)\n"
+        "import msgspec\n"
+        "assert msgspec.structs.replace(span, outcome='failed').outcome == 'failed'\n"
+        "out = [m for m in ('dataclasses', 'inspect', 'ast', 'dis', 'tokenize') "
+        "if m in sys.modules]")
+    assert loaded == []
+
+
 def test_pytest_starts_after_the_cursor_and_before_the_rest(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel-log cursor is taken before pytest starts; the log written down and followed,

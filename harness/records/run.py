@@ -7,9 +7,10 @@ a span is known by :attr:`TestSpan.key`, its pid, node id and start time.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any
+
+import msgspec
 
 from faulthunt.records.events import (ChildProcess, Crash, StickyError, SubtestFailure, TestEnd,
                                       TestStart)
@@ -25,9 +26,13 @@ FAILING = frozenset({"failed", "error", "hung", "crashed", "collateral"})
 LOST = "lost"
 
 
-@dataclasses.dataclass(frozen=True)
-class TestSpan:
-    """One run of one test in one worker process."""
+class TestSpan(msgspec.Struct, frozen=True):
+    """One run of one test in one worker process.
+
+    (A Struct, not a dataclass: `faulthunt stress` reads the spans after every run, and the
+    dataclasses module brings inspect, ast, dis and tokenize into its process, and making a
+    dataclass compiles its methods: ~35 M instructions of a process that has no other use for
+    them.)"""
 
     __test__ = False  # not a pytest test class
 
@@ -108,7 +113,7 @@ def _with_children(spans: list[TestSpan], children: list[ChildProcess]) -> list[
             i = _nearest_run(spans, child)
         if i is not None:
             by_span.setdefault(i, []).append(child)
-    return [dataclasses.replace(s, children=tuple(by_span[i])) if i in by_span else s
+    return [msgspec.structs.replace(s, children=tuple(by_span[i])) if i in by_span else s
             for i, s in enumerate(spans)]
 
 
@@ -164,7 +169,7 @@ def label_collateral(spans: list[TestSpan]) -> list[TestSpan]:
     out: list[TestSpan] = []
     for span in spans:
         if span.pid in poisoned and span.outcome in ("failed", "error"):
-            span = dataclasses.replace(span, outcome="collateral")
+            span = msgspec.structs.replace(span, outcome="collateral")
         if span.sticky_cuda_error and span.outcome in ("failed", "error"):
             poisoned.add(span.pid)
         out.append(span)

@@ -11,7 +11,6 @@ mode's section of the summary counts what its verdicts caught.
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import signal
 from collections.abc import Callable, Sequence
@@ -82,7 +81,7 @@ def label_unended(spans: Sequence[TestSpan], controller: Sequence[Any], outcome:
     for span in spans:
         if (not span.ended and span.outcome == "crashed"
                 and (span.worker, span.nodeid) not in crashed):
-            span = dataclasses.replace(span, outcome=outcome, longrepr=why)
+            span = msgspec.structs.replace(span, outcome=outcome, longrepr=why)
         out.append(span)
     return out
 
