@@ -19,7 +19,6 @@ install does not have.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import resource
 import shutil
@@ -138,20 +137,28 @@ def stress_overhead(quick: bool) -> Row:
 
 def stress_instructions(quick: bool) -> Row:
     """The overhead row's two commands under cachegrind, every process of each followed (the
-    parent, pytest, its xdist workers): the instructions of the whole tree, which the host's
-    neighbours do not move, where the clock and the CPU time move by 10-30% a pair on this
-    shared machine. Kernel time (system calls, page faults, thread switches) is not counted:
-    the CPU row above has it. Both sides run once natively first (bytecode, pytest's rewritten
-    test file), then once each under cachegrind, side by side (the counts do not depend on the
-    load). The samples are the counts at the baseline's native rate (its instructions over its
-    CPU seconds), so the ratio is the instructions' ratio."""
+    parent, pytest, its xdist workers): the instructions of the whole tree. Kernel time (system
+    calls, page faults, thread switches) is not counted: the CPU row above has it.
+
+    Not free of timing either: with 8 workers on 2 cores, how xdist's messages arrive (partial
+    pipe reads, the garbage collector's passes between them) moves the workers' total by up to
+    ~10% from one run of the same command to the next (the baseline's 8 workers: 15.5-17.9 G
+    instructions in four runs), most when the two sides run at once. So the sides run one at a
+    time, alternating, ``--pairs`` rounds (2 unless given), every count kept; the ratio is of
+    the medians. Both run once natively first (bytecode, pytest's rewritten test file). The
+    samples are the counts at the baseline's native rate (its instructions over its CPU
+    seconds), so the ratio is the instructions' ratio."""
     if not _cachegrind.available():
         return Row(capability="stress: instructions of the whole process tree",
                    ours="faulthunt stress", baseline="pytest", ours_t=None, base_t=None,
                    goal="<= 1.03x", note="valgrind is not installed: no instruction counts")
-    workers, count = (2, 5) if quick else (8, 50)
+    workers, count, rounds = (2, 5, 1) if quick else (8, 50, pairs(2))
     tmp = Path(tempfile.mkdtemp(prefix="faulthunt-bench-stress-cg-"))
-    env = _env()
+    # One BLAS thread on both sides: a plugin of this environment (pytest-randomly, to reseed
+    # it) imports numpy in every pytest process, and OpenBLAS's idle threads spin for a time
+    # that depends on the host, not on the work: 20-36 M instructions a process, moving by
+    # 15 M from one run to the next. No test of the suite calls BLAS.
+    env = {**_env(), "OPENBLAS_NUM_THREADS": "1"}
     argv = _commands(workers, count)
     try:
         (tmp / "test_bench_suite.py").write_text(SUITE)
@@ -165,35 +172,45 @@ def stress_instructions(quick: bool) -> Row:
         for side in ("ours", "base"):
             _cpu_of(lambda side=side: run_cmd(argv[side](tmp / "warm"), cwd=tmp, env=env),
                     cpu)()
-        def counted(side: str) -> tuple[list[tuple[str, int]], int]:
-            return _cachegrind.count_tree(argv[side](tmp / f"cg-{side}"), out=tmp / f"{side}.cg",
-                                          cwd=tmp, env=env, stdout=tmp / f"{side}.out")
-
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            got = dict(zip(("ours", "base"), pool.map(counted, ("ours", "base")), strict=True))
-        # exit 1 with every test passed: an Xid of another process in the kernel log (see above)
-        bad = {side: status for side, (_, status) in got.items() if status not in (0, 1)}
-        # every Python process must have written its count: the parent (ours), pytest, workers
-        pythons = {side: sum("python" in cmd or "faulthunt" in cmd for cmd, _ in procs)
-                   for side, (procs, _) in got.items()}
-        if bad or pythons != {"ours": workers + 2, "base": workers + 1}:
-            raise RuntimeError(f"under cachegrind: exit statuses {bad}, Python processes "
-                               f"counted {pythons} (each side's workers, pytest, our parent)")
-        rate = sum(n for _, n in got["base"][0]) / cpu[1]
-        ours_n, base_n = (sum(n for _, n in got[side][0]) for side in ("ours", "base"))
-        processes = {side: len(got[side][0]) for side in got}
+        counts: dict[str, list[int]] = {"ours": [], "base": []}
+        processes: dict[str, int] = {}
+        for i in range(rounds):
+            for side in ("ours", "base") if i % 2 == 0 else ("base", "ours"):
+                procs, status = _cachegrind.count_tree(
+                    argv[side](tmp / f"cg-{side}-{i}"), out=tmp / f"{side}.cg", cwd=tmp, env=env,
+                    stdout=tmp / f"{side}.out")
+                _check_counted(side, procs, status, workers)
+                counts[side].append(sum(n for _, n in procs))
+                processes[side] = len(procs)
+        rate = statistics.median(counts["base"]) / cpu[1]
+        ours_n, base_n = (statistics.median(counts[side]) for side in ("ours", "base"))
+        each = "; ".join(f"{side} " + ", ".join(f"{n / 1e6:,.0f}" for n in counts[side])
+                         for side in ("ours", "base"))
         return Row(capability="stress: instructions of the whole process tree (cachegrind)",
                    ours=f"faulthunt stress -n {workers} --count {count}",
                    baseline=f"pytest -n {workers} --count {count} -p xdist -p repeat",
-                   ours_t=Samples((ours_n / rate,)), base_t=Samples((base_n / rate,)),
+                   ours_t=Samples(tuple(n / rate for n in counts["ours"])),
+                   base_t=Samples(tuple(n / rate for n in counts["base"])),
                    goal="<= 1.03x", goal_ratio=1.03,
-                   note=f"{ours_n / 1e6:,.0f} M instructions in {processes['ours']} processes "
-                        f"against {base_n / 1e6:,.0f} M in {processes['base']}: "
-                        f"{ours_n / base_n:.3f}x; times are the counts at "
-                        f"{rate / 1e9:.2f}G instructions per CPU second (the baseline's native "
-                        "run); user space only, no kernel time")
+                   note=f"medians of {rounds} runs a side, one at a time: {ours_n / 1e6:,.0f} M "
+                        f"instructions in {processes['ours']} processes against "
+                        f"{base_n / 1e6:,.0f} M in {processes['base']}: {ours_n / base_n:.3f}x "
+                        f"(each run, M: {each}); times are the counts at {rate / 1e9:.2f}G "
+                        "instructions per CPU second (the baseline's native run); user space "
+                        "only, no kernel time; OPENBLAS_NUM_THREADS=1 on both sides")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_counted(side: str, procs: list[tuple[str, int]], status: int, workers: int) -> None:
+    """Every Python process wrote its count (the parent for ours, pytest, the workers), and the
+    run ended 0, or 1 with every test passed (an Xid of another process in the kernel log:
+    see stress_overhead)."""
+    pythons = sum("python" in cmd or "faulthunt" in cmd for cmd, _ in procs)
+    want = workers + (2 if side == "ours" else 1)
+    if status not in (0, 1) or pythons != want:
+        raise RuntimeError(f"under cachegrind, {side}: exit status {status}, {pythons} Python "
+                           f"processes counted of {want} (the workers, pytest, our parent)")
 
 
 def _output(mb: int, dense: bool = False) -> bytes:
