@@ -141,11 +141,12 @@ def stress_instructions(quick: bool) -> Row:
     calls, page faults, thread switches) is not counted: the CPU row above has it.
 
     Not free of timing either: with 8 workers on 2 cores, how xdist's messages arrive (partial
-    pipe reads, the garbage collector's passes between them) moves the workers' total by up to
-    ~10% from one run of the same command to the next (the baseline's 8 workers: 15.5-17.9 G
-    instructions in four runs), most when the two sides run at once. So the sides run one at a
-    time, alternating, ``--pairs`` rounds (2 unless given), every count kept; the ratio is of
-    the medians. Both run once natively first (bytecode, pytest's rewritten test file). The
+    pipe reads, the garbage collector's passes between them) moves the workers' part from one
+    run of the same command to the next: the baseline's whole tree read 18.8-23.4 G
+    instructions over 15 runs (docs/performance.md, round 11), most apart when the two
+    sides ran at once, within 1% inside one bench invocation. So the sides run one at a time,
+    alternating, ``--pairs`` rounds (2 unless given), every count kept; the ratio is of the
+    medians. Both run once natively first (bytecode, pytest's rewritten test file). The
     samples are the counts at the baseline's native rate (its instructions over its CPU
     seconds), so the ratio is the instructions' ratio."""
     if not _cachegrind.available():
