@@ -37,13 +37,18 @@ def instructions(text: str) -> int:
     return int(summary[events.index("Ir")])
 
 
+def _command(argv: Sequence[str], out: Path, *options: str) -> list[str]:
+    """``argv`` under cachegrind, instructions only, each process's file ``out`` + ``.<pid>``."""
+    return ["valgrind", "--tool=cachegrind", "--cache-sim=no", *options,
+            f"--cachegrind-out-file={out}.%p", *argv]
+
+
 def count(argv: Sequence[str], *, out: Path, cwd: Path, env: Mapping[str, str],
           stdout: Path) -> int:
     """Instructions executed by the process ``argv`` starts (its children are not followed, and a
     child it forks writes a file of its own), its stdout written to ``stdout``; cachegrind's file
     is ``out`` with the process id after a dot, removed once read. A failing command raises."""
-    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}.%p",
-           *argv]
+    cmd = _command(argv, out)
     with open(stdout, "wb") as fout:
         proc = subprocess.Popen(cmd, cwd=cwd, env=dict(env), stdout=fout, stderr=subprocess.PIPE)
         _, err = proc.communicate()
@@ -64,8 +69,7 @@ def count_tree(argv: Sequence[str], *, out: Path, cwd: Path, env: Mapping[str, s
     command line (cachegrind's ``cmd:``) with its count, and the exit status. A process killed
     before it exits writes no file, so a caller checks that every process it expects is there.
     Each writes ``out`` with its id after a dot, removed once read."""
-    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=yes",
-           f"--cachegrind-out-file={out}.%p", *argv]
+    cmd = _command(argv, out, "--trace-children=yes")
     with open(stdout, "wb") as fout:
         proc = subprocess.run(cmd, cwd=cwd, env=dict(env), stdout=fout, stderr=subprocess.PIPE,
                               check=False)
