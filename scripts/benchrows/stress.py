@@ -98,14 +98,7 @@ def stress_overhead(quick: bool) -> Row:
             run = runs / f"r{made[0]}"
             proc = subprocess.run(argv["ours"](run), cwd=tmp, env=env, stdout=subprocess.DEVNULL,
                                   check=False)
-            # Exit 1 with every test passed means the kernel log showed an Xid during the run:
-            # on a shared machine another process's (other tests inject Xid lines into
-            # /dev/kmsg here). The run did the full work, so its time counts; anything else fails.
-            from faulthunt.rundir import RunDir
-
-            summary = RunDir(run).summary() if proc.returncode == 1 else None
-            if proc.returncode != 0 and (summary is None or summary.failures or
-                                         summary.tests_run != 11 * count):
+            if not _ran_fully(proc.returncode, run, 11 * count):
                 raise subprocess.CalledProcessError(proc.returncode, proc.args)
 
         def baseline() -> None:
@@ -177,10 +170,12 @@ def stress_instructions(quick: bool) -> Row:
         processes: dict[str, int] = {}
         for i in range(rounds):
             for side in ("ours", "base") if i % 2 == 0 else ("base", "ours"):
+                run = tmp / f"cg-{side}-{i}"
                 procs, status = _cachegrind.count_tree(
-                    argv[side](tmp / f"cg-{side}-{i}"), out=tmp / f"{side}.cg", cwd=tmp, env=env,
+                    argv[side](run), out=tmp / f"{side}.cg", cwd=tmp, env=env,
                     stdout=tmp / f"{side}.out")
-                _check_counted(side, procs, status, workers)
+                _check_counted(side, procs, status, run if side == "ours" else None, 11 * count,
+                               workers)
                 counts[side].append(sum(n for _, n in procs))
                 processes[side] = len(procs)
         rate = statistics.median(counts["base"]) / cpu[1]
@@ -203,13 +198,28 @@ def stress_instructions(quick: bool) -> Row:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _check_counted(side: str, procs: list[tuple[str, int]], status: int, workers: int) -> None:
+def _ran_fully(status: int, run: Path | None, tests: int) -> bool:
+    """Whether a run did the full work: exit 0, or (ours, with its run directory ``run``) exit 1
+    with all ``tests`` run and none failing, which means the kernel log showed an Xid during the
+    run: on a shared machine another process's (other tests inject Xid lines into /dev/kmsg
+    here). Its time and its count stand; anything else fails the row."""
+    if status == 0:
+        return True
+    if status != 1 or run is None:
+        return False
+    from faulthunt.rundir import RunDir
+
+    summary = RunDir(run).summary()
+    return summary is not None and not summary.failures and summary.tests_run == tests
+
+
+def _check_counted(side: str, procs: list[tuple[str, int]], status: int, run: Path | None,
+                   tests: int, workers: int) -> None:
     """Every Python process wrote its count (the parent for ours, pytest, the workers), and the
-    run ended 0, or 1 with every test passed (an Xid of another process in the kernel log:
-    see stress_overhead)."""
+    run did the full work (:func:`_ran_fully`)."""
     pythons = sum("python" in cmd or "faulthunt" in cmd for cmd, _ in procs)
     want = workers + (2 if side == "ours" else 1)
-    if status not in (0, 1) or pythons != want:
+    if not _ran_fully(status, run, tests) or pythons != want:
         raise RuntimeError(f"under cachegrind, {side}: exit status {status}, {pythons} Python "
                            f"processes counted of {want} (the workers, pytest, our parent)")
 
