@@ -264,8 +264,9 @@ def test_the_run_s_collector_freeze_is_thawed_for_a_caller_in_the_same_process(
     assert frozen_during[0] > before
 
 
-#: what the parent imports only once pytest runs: the analysis, and dataclasses with inspect,
-#: ast, dis and tokenize (each was on the way to pytest's start)
+#: what the parent does not import before pytest starts: the analysis (imported once pytest
+#: runs), and dataclasses with inspect, ast, dis and tokenize (each was on the way to pytest's
+#: start; since TestSpan is a Struct, the analysis does not import them either: see below)
 NOT_BEFORE_PYTEST = ("faulthunt.stress.analyse", "faulthunt.summary", "faulthunt.records.run",
                      "dataclasses", "inspect", "ast", "dis", "tokenize")
 
