@@ -508,3 +508,99 @@ def test_an_error_while_pytest_starts_leaves_no_pytest_running(tmp_path: Path,
     [child] = children
     assert child.wait(0) and child.stop_signal is not None
     assert group_members(child.pgid) == []
+
+
+# --- which plugins need -p ----------------------------------------------------------------------
+
+_ALL_PLUGINS = frozenset({"faulthunt", "xdist", "repeat", "timeout"})
+
+
+def _all_installed(dists: tuple[str, ...]) -> dict[str, str]:
+    return {dist: "1.0" for dist in dists}
+
+
+def test_argv_names_only_the_plugins_pytest_would_not_load_itself():
+    opts = StressOptions(workers=2, count=3)
+    assert build_pytest_argv(opts, python="py", autoloaded=_ALL_PLUGINS)[:4] == [
+        "py", "-m", "pytest", "-n"]
+    argv = build_pytest_argv(opts, python="py", autoloaded={"xdist", "repeat"})
+    assert argv[:7] == ["py", "-m", "pytest", "-p", "faulthunt", "-p", "timeout"]
+    assert "xdist" not in argv and "repeat" not in argv
+
+
+@pytest.fixture
+def no_autoload_env(monkeypatch):
+    for name in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_autoloaded_are_the_installed_distributions(tmp_path, no_autoload_env):
+    from faulthunt.stress.options import autoloaded_plugins
+
+    assert autoloaded_plugins(StressOptions(), tmp_path, _all_installed) == _ALL_PLUGINS
+    # faulthunt run from a source tree (no distribution, so no entry point): -p faulthunt
+    only_deps = lambda dists: {d: "1" for d in dists if d != "faulthunt"}  # noqa: E731
+    assert autoloaded_plugins(StressOptions(), tmp_path, only_deps) == _ALL_PLUGINS - {"faulthunt"}
+
+
+@pytest.mark.parametrize("where", ["env", "args", "addopts", "ini", "parent-toml", "-c", "-cFILE",
+                                   "run-env"])
+def test_every_plugin_is_named_when_autoloading_may_be_off(tmp_path, no_autoload_env,
+                                                            monkeypatch, where):
+    from faulthunt.stress.options import autoloaded_plugins
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    args: tuple[str, ...] = ("test_a.py",)
+    env = None
+    if where == "env":
+        monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    elif where == "args":
+        args += ("--disable-plugin-autoload",)
+    elif where == "addopts":
+        monkeypatch.setenv("PYTEST_ADDOPTS", "-q --disable-plugin-autoload")
+    elif where == "ini":
+        (suite / "pytest.ini").write_text("[pytest]\naddopts = --disable-plugin-autoload\n")
+    elif where == "parent-toml":
+        (tmp_path / "pyproject.toml").write_text(
+            '[tool.pytest.ini_options]\naddopts = "--disable-plugin-autoload"\n')
+    elif where in ("-c", "-cFILE"):
+        (tmp_path / "ci.ini").write_text("[pytest]\naddopts = --disable-plugin-autoload\n")
+        args += ("-c", "../ci.ini") if where == "-c" else ("-c../ci.ini",)
+    else:  # the run's own environment moves where Python finds packages
+        env = {"PYTHONPATH": str(tmp_path)}
+    opts = StressOptions(pytest_args=args, env=env)
+    assert autoloaded_plugins(opts, suite, _all_installed) == frozenset()
+    assert build_pytest_argv(opts, python="py", autoloaded=frozenset())[3:11] == [
+        "-p", "faulthunt", "-p", "xdist", "-p", "repeat", "-p", "timeout"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("autoload", ["on", "off"])
+def test_stress_records_with_and_without_plugin_autoloading(tmp_path, autoload):
+    _write(tmp_path / "test_ok.py", """
+        import pytest
+        @pytest.mark.parametrize("x", ["a b", "x/y"])
+        def test_ok(x): pass
+        def test_bad(): assert 0
+    """)
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FAULTHUNT_RUN_DIR", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS")}
+    if autoload == "off":
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    proc = subprocess.run([sys.executable, "-m", "faulthunt", "stress", "-n", "2", "--count", "2",
+                           "--xid-source", "none", "-q", "--run-dir", str(run), "test_ok.py",
+                           "--", "-p", "no:cacheprovider", "-p", "no:randomly"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    argv = json.loads((run / "run.json").read_text())["pytest_argv"]
+    named = [argv[i + 1] for i, a in enumerate(argv) if a == "-p"]
+    if autoload == "off":
+        assert named[:4] == ["faulthunt", "xdist", "repeat", "timeout"]
+    else:  # this environment installs all four: pytest loads them from their entry points
+        assert not {"faulthunt", "xdist", "repeat", "timeout"} & set(named)
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["tests_run"], summary["passed"]) == (6, 4)
+    assert {f["base_nodeid"] for f in summary["failures"]} == {"test_ok.py::test_bad"}
+    assert summary["timeout"]["seconds"] > 0  # pytest-timeout loaded either way

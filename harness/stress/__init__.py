@@ -5,8 +5,9 @@ One run is four steps, each its own module:
 1. :func:`~faulthunt.stress.options.check` (``options``): every option validated, the kernel-log
    source opened, the pytest command built; a bad option is exit 2 before anything starts.
 2. :func:`~faulthunt.stress.collect.collect` (``collect``): the run directory, the kernel-log
-   cursor and follower, ``pytest -p faulthunt -p xdist -p repeat -p timeout ...`` as a child in
-   its own process group, its output pumped into ``reproducer.log`` (``output``: bounded,
+   cursor and follower, ``pytest -n N --count C --timeout ...`` as a child in its own process
+   group (its plugins loaded from their entry points, or named with ``-p`` where pytest would
+   not load them itself), its output pumped into ``reproducer.log`` (``output``: bounded,
    redacted, never blocked by a full disk), live progress, stop signals (``child``).
 3. :func:`~faulthunt.stress.analyse.analyse` (``analyse``): pure over the run directory (read
    through RunDir): summary.json's content and the exit status; :func:`~.analyse.save` writes

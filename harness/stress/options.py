@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,13 @@ _VALUE_OPTIONS = frozenset({
     "--timeout", "--faulthunt-id", "--faulthunt-run-dir", "--import-mode", "--capture",
     "--cov", "--cov-report", "--randomly-seed",
 })
+
+
+#: the plugins a stress run needs: pytest's name of each, and its distribution
+RUN_PLUGINS = (("faulthunt", "faulthunt"), ("xdist", "pytest-xdist"), ("repeat", "pytest-repeat"),
+               ("timeout", "pytest-timeout"))
+#: what turns off pytest's loading of installed plugins: its environment variable, its option
+_NO_AUTOLOAD = ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "--disable-plugin-autoload")
 
 
 class StressOptions(msgspec.Struct, frozen=True):
@@ -178,14 +185,17 @@ def timeout_argv(timeout: Timeout) -> list[str]:
 
 
 def build_pytest_argv(opts: StressOptions, python: str = sys.executable, *,
-                      timeout: Timeout | None = None) -> list[str]:
+                      timeout: Timeout | None = None, autoloaded: Collection[str] = ()) -> list[str]:
     """The pytest command line a stress run executes.
 
-    Parametrized node ids among ``pytest_args`` go last, through
-    :func:`faulthunt.nodeids.pytest_selection` (which raises UsageError for a bad one).
+    ``-p NAME`` for each of :data:`RUN_PLUGINS` that is not in ``autoloaded`` (what pytest loads
+    by itself: :func:`autoloaded_plugins`). Parametrized node ids among ``pytest_args`` go last,
+    through :func:`faulthunt.nodeids.pytest_selection` (which raises UsageError for a bad one).
     """
-    argv = [python, "-m", "pytest", "-p", "faulthunt", "-p", "xdist", "-p", "repeat",
-            "-p", "timeout"]
+    argv = [python, "-m", "pytest"]
+    for name, _ in RUN_PLUGINS:
+        if name not in autoloaded:
+            argv += ["-p", name]
     n = worker_count(opts)
     if opts.gpus:
         count = int(n) if n not in (0, "0") else len(opts.gpus)
@@ -274,10 +284,63 @@ def check(opts: StressOptions, warn: Callable[[str], None]) -> Plan:
     notes = list(check_gpus(opts.gpus))
     check_targets(opts.pytest_args, cwd)
     timeout = resolve_timeout(opts.timeout, suite_timeout(cwd))
-    argv = tuple(build_pytest_argv(opts, timeout=timeout))  # a bad node id: UsageError
+    argv = tuple(build_pytest_argv(opts, timeout=timeout,  # a bad node id: UsageError
+                                   autoloaded=autoloaded_plugins(opts, cwd)))
     source = open_kernel_log(opts.xid_source, warn)
     return Plan(opts=opts, cwd=cwd, argv=argv, timeout=timeout, xid_source=source,
                 notes=tuple(notes))
+
+
+def autoloaded_plugins(opts: StressOptions, cwd: Path,
+                       installed: Callable[[tuple[str, ...]], Collection[str]] | None = None,
+                       ) -> frozenset[str]:
+    """The names of :data:`RUN_PLUGINS` that pytest will load by itself (from their installed
+    distributions' entry points): those need no ``-p``. Each ``-p NAME`` makes every pytest
+    process of the run read every installed distribution's entry points once more before its
+    own loading reads them again (about 6 M instructions a process with 100 distributions:
+    docs/performance.md). Empty, so that every plugin is named, when that loading may be off:
+    its variable or option anywhere pytest could take it from (the environment, the pytest
+    arguments, PYTEST_ADDOPTS, the suite's configuration files; a false alarm only costs the
+    ``-p``), or when the run's own environment changes where Python looks for packages."""
+    env = {**os.environ, **(opts.env or {})}
+    if env.get(_NO_AUTOLOAD[0]) or any(key.startswith(("PYTHON", "PYTEST"))
+                                       for key in opts.env or ()):
+        return frozenset()
+    texts = [*opts.pytest_args, env.get("PYTEST_ADDOPTS", "")]
+    texts += [_text_of(path) for path in _config_files(cwd, opts.pytest_args)]
+    if any(word in text for text in texts for word in _NO_AUTOLOAD):
+        return frozenset()
+    if installed is None:
+        from faulthunt.identity import package_versions
+
+        installed = package_versions
+    found = installed(tuple(dist for _, dist in RUN_PLUGINS))
+    return frozenset(name for name, dist in RUN_PLUGINS if dist in found)
+
+
+#: pytest's configuration files, in the order it looks for them in each directory
+_CONFIG_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+
+
+def _config_files(cwd: Path, pytest_args: Sequence[str]) -> list[Path]:
+    """Every file pytest might take its configuration from: one named with ``-c`` or
+    ``--config-file``, and each configuration file in ``cwd`` or a parent."""
+    named = [value for flag, value in zip(pytest_args, pytest_args[1:], strict=False)
+             if flag in ("-c", "--config-file")]
+    named += [arg.split("=", 1)[1] for arg in pytest_args if arg.startswith("--config-file=")]
+    named += [arg[2:] for arg in pytest_args if arg.startswith("-c") and len(arg) > 2]
+    found = [cwd / path for path in named]
+    for directory in (cwd, *cwd.parents):
+        found += [directory / name for name in _CONFIG_NAMES if (directory / name).is_file()]
+    return found
+
+
+def _text_of(path: Path) -> str:
+    """A configuration file's text ("" when it cannot be read: pytest will say why)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def check_ledger(opts: StressOptions, warn: Callable[[str], None],

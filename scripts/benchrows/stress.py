@@ -67,8 +67,7 @@ def _commands(workers: int, count: int) -> dict[str, Callable[[Path], list[str]]
         "ours": lambda run: [installed(), "stress", "-n", str(workers), "--count", str(count),
                              "-q", "--run-dir", str(run), "test_bench_suite.py", "--", *COMMON],
         "base": lambda run: [installed_python(), "-m", "pytest", "-n", str(workers), "--count",
-                             str(count), "-p", "xdist", "-p", "repeat", "test_bench_suite.py",
-                             *COMMON]}
+                             str(count), "test_bench_suite.py", *COMMON]}
 
 
 def _cpu_of(run: Callable[[], None], into: list[float]) -> Callable[[], None]:
