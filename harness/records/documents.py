@@ -8,7 +8,9 @@ does not know is ignored on reading, so old and new runs read alike. Reading the
 :class:`faulthunt.rundir.RunDir`'s job; the types here only say what a valid one is.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: msgspec reads a string annotation through
+# typing.ForwardRef, which compiles it, for every field of every record type a decoder
+# is made for (docs/performance.md, round 12). A type named before it is defined is quoted.
 
 import sys
 import time
@@ -73,7 +75,7 @@ class RunInfo(Doc, frozen=True, kw_only=True):
     def begin(cls, run_id: str, *, kind: str, cwd: str, pytest_args: Sequence[str] = (),
               pytest_argv: Sequence[str] = (), options: Any = None,
               merged_from: Sequence[Mapping[str, Any]] | None = None,
-              started: float | None = None, argv: Sequence[str] | None = None) -> RunInfo:
+              started: float | None = None, argv: Sequence[str] | None = None) -> "RunInfo":
         """The run.json of a run that starts now: the one place every command builds it."""
         from faulthunt import __version__
         from faulthunt.redact import redact_argv
@@ -90,7 +92,7 @@ class RunInfo(Doc, frozen=True, kw_only=True):
                    merged_from=_builtins(list(merged_from)) if merged_from is not None else None)
 
     def finished(self, *, exit_status: int | None, pytest_exit_status: int | None = None,
-                 ended: float | None = None) -> RunInfo:
+                 ended: float | None = None) -> "RunInfo":
         """The same run, ended now with these statuses."""
         return msgspec.structs.replace(
             self, exit_status=exit_status, pytest_exit_status=pytest_exit_status,

@@ -7,7 +7,9 @@ guard record) is a new Struct with its own ``tag`` added to :data:`WORKER_EVENT_
 (kept, not counted as damage), so an older faulthunt reads a newer run.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: msgspec reads a string annotation through
+# typing.ForwardRef, which compiles it, for every field of every record type a decoder
+# is made for (docs/performance.md, round 12). A type named before it is defined is quoted.
 
 from typing import Any
 
