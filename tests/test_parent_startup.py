@@ -264,6 +264,60 @@ def test_the_run_s_collector_freeze_is_thawed_for_a_caller_in_the_same_process(
     assert frozen_during[0] > before
 
 
+def test_the_console_script_starts_with_the_collector_off_and_runs_commands_with_it_on(
+        tmp_path: Path) -> None:
+    """console_main turns the cyclic collector off while faulthunt starts; every command runs
+    with it on: stress from the moment pytest has started, the others from their start."""
+    code = (
+        "import gc, json, sys\n"
+        "from faulthunt import cli\n"
+        "from faulthunt.cli import stress as stress_cli\n"
+        "seen = {}\n"
+        "def fake_run(args, opts, once_started=None):\n"
+        "    seen['stress before pytest'] = gc.isenabled()\n"
+        "    once_started()\n"
+        "    seen['stress after'] = gc.isenabled()\n"
+        "    return 0\n"
+        "stress_cli._run = fake_run\n"
+        "import atexit\n"
+        "atexit.register(lambda: print(json.dumps(seen)))\n"
+        "sys.argv = ['faulthunt'] + sys.argv[1:]\n"
+        "cli.console_main()\n")
+    def seen(*argv: str) -> dict[str, bool]:
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen("stress", "--xid-source", "none", "t.py") == {
+        "stress before pytest": False, "stress after": True}
+    other = ("import gc, sys\nfrom faulthunt import cli\nfrom faulthunt.cli import xid\n"
+             "def run(args):\n    print('collector', gc.isenabled())\n    return 0\n"
+             "xid.run = run\nsys.argv = ['faulthunt', 'xid', 'parse', 'k.log']\n"
+             "cli.console_main()\n")
+    done = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.stdout.strip() == "collector True", done.stdout + done.stderr
+
+
+def test_the_records_decoders_compile_no_forward_references() -> None:
+    """The records the parent decodes carry their annotations as types, not strings: msgspec
+    evaluates a string annotation through typing.ForwardRef, which compiles it (~10 M
+    instructions of the parent's decoders for ~180 fields)."""
+    made = _fresh(
+        "import typing\n"
+        "refs = []\n"
+        "real = typing.ForwardRef.__init__\n"
+        "def spy(self, arg, *a, **k):\n    refs.append(arg)\n    real(self, arg, *a, **k)\n"
+        "import msgspec\n"
+        "typing.ForwardRef.__init__ = spy\n"
+        "from faulthunt.records import codec, documents, events\n"
+        "for kind in (*events.WORKER_EVENT_TYPES, *events.CONTROLLER_EVENT_TYPES):\n"
+        "    codec.decoder(kind)\n"
+        "for doc in (documents.RunInfo, documents.Summary, documents.Identity):\n"
+        "    codec.decoder(doc)\n"
+        "out = refs")
+    assert made == []
+
+
 #: what the parent does not import before pytest starts: the analysis (imported once pytest
 #: runs), and dataclasses with inspect, ast, dis and tokenize (each was on the way to pytest's
 #: start; since TestSpan is a Struct, the analysis does not import them either: see below)

@@ -51,7 +51,7 @@ class _PytestOption(argparse.Action):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from faulthunt.stress.defaults import DEFAULT_TIMEOUT_S, LEDGER_MODES
 
-    parser.set_defaults(passthrough=True)
+    parser.set_defaults(passthrough=True, enables_collector=True)
     parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG",
                         help="test paths, node ids and pytest options; anything after `--` goes "
                              "to pytest unchanged (parametrized ids run --count times too)")
@@ -177,11 +177,20 @@ def run(args: argparse.Namespace) -> int:
         # again (about 7 M instructions of the parent). Frozen after pytest's start, not
         # before: pytest starts sooner. Thawed after the run unless the process ends with it,
         # so that a caller in the same process (tests) keeps its collector as it was. (Not in
-        # run_stress: a bisect calls that many times in one process.)
-        return _run(args, opts, once_started=gc.freeze)
+        # run_stress: a bisect calls that many times in one process.) The collector, off while
+        # faulthunt started (faulthunt.cli.console_main), is back on from then.
+        return _run(args, opts, once_started=_settle_start)
     finally:
         if not getattr(args, "exiting", False):
             gc.unfreeze()
+
+
+def _settle_start() -> None:
+    """Once pytest has started: freeze what start-up made, and turn the collector back on."""
+    import gc
+
+    gc.freeze()
+    gc.enable()
 
 
 def _run(args: argparse.Namespace, opts: StressOptions,
