@@ -119,7 +119,7 @@ def stress_overhead(quick: bool) -> Row:
               file=sys.stderr)
         return Row(capability="stress: parallel repeated run with crash-safe records",
                    ours=f"faulthunt stress -n {workers} --count {count}",
-                   baseline=f"pytest -n {workers} --count {count} -p xdist -p repeat",
+                   baseline=f"pytest -n {workers} --count {count}",
                    ours_t=ours_t, base_t=base_t, goal="<= 1.03x", goal_ratio=1.03,
                    note=f"{tests} test runs, CPU-only suite, faulthunt installed as pip lays it "
                         f"out, {repeat} pairs{cpu_note}")
@@ -183,7 +183,7 @@ def stress_instructions(quick: bool) -> Row:
                          for side in ("ours", "base"))
         return Row(capability="stress: instructions of the whole process tree (cachegrind)",
                    ours=f"faulthunt stress -n {workers} --count {count}",
-                   baseline=f"pytest -n {workers} --count {count} -p xdist -p repeat",
+                   baseline=f"pytest -n {workers} --count {count}",
                    ours_t=Samples(tuple(n / rate for n in counts["ours"])),
                    base_t=Samples(tuple(n / rate for n in counts["base"])),
                    goal="<= 1.03x", goal_ratio=1.03,
