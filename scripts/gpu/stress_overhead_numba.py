@@ -22,7 +22,7 @@ from pathlib import Path
 def _configs(out: Path) -> dict[str, list[str]]:
     py = sys.executable
     return {
-        "plain": [py, "-m", "pytest", "-p", "xdist", "-n", "8", "-q", "-p", "no:cacheprovider"],
+        "plain": [py, "-m", "pytest", "-n", "8", "-q", "-p", "no:cacheprovider"],
         "faulthunt": [py, "-m", "faulthunt", "stress", "-n", "8", "--timeout", "120", "-q",
                       "--run-dir", str(out / "run_auto_{i}"), ".", "--", "-p", "no:cacheprovider"],
         "faulthunt_ledger_off": [py, "-m", "faulthunt", "stress", "-n", "8", "--timeout", "120",
@@ -33,12 +33,21 @@ def _configs(out: Path) -> dict[str, list[str]]:
 
 def main() -> int:
     suite, out, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    # seconds the rounds may take: no round starts that would not end by then (the longest so
+    # far as its estimate), so a slow day gives fewer whole rounds and still its results.json
+    budget = float(sys.argv[4]) if len(sys.argv) > 4 else float("inf")
+    start, longest = time.monotonic(), 0.0
     out.mkdir(parents=True, exist_ok=True)
     configs = _configs(out)
     names = list(configs)
     samples: dict[str, list[float]] = {n: [] for n in names}
     rcs: dict[str, list[int]] = {n: [] for n in names}
     for i in range(rounds):
+        if time.monotonic() - start + longest > budget:
+            print(f"round {i} not started: it would end past the {budget:g} s budget", flush=True)
+            rounds = i
+            break
+        began = time.monotonic()
         order = names if i % 2 == 0 else names[::-1]
         for name in order:
             argv = [a.replace("{i}", str(i)) for a in configs[name]]
@@ -52,6 +61,7 @@ def main() -> int:
             print(f"round {i} {name:22s} {wall:7.2f} s rc={proc.returncode} "
                   f"{proc.stdout.strip().splitlines()[-1][:120] if proc.stdout.strip() else ''}",
                   flush=True)
+        longest = max(longest, time.monotonic() - began)
     result: dict[str, object] = {"rounds": rounds, "samples": samples, "rcs": rcs}
     for name in names[1:]:
         ratios = [a / b for a, b in zip(samples[name], samples["plain"])]

@@ -23,7 +23,8 @@ done
   >> "$D/log.txt" 2>&1
 # one warm-up of each side (numba's cache, imports), not counted
 ( cd "$N" && timeout 120 python3 -m pytest -p xdist -n 8 -q -p no:cacheprovider > "$WORK/warm.txt" 2>&1 )
-timeout -k 10 ${OVERHEAD_LIMIT:-420} python3 scripts/gpu/stress_overhead_numba.py "$N" "$WORK/runs" "${ROUNDS:-6}" \
+LIMIT=${OVERHEAD_LIMIT:-480}  # the rounds stop starting 20 s before it (a round: 3 whole runs)
+timeout -k 10 "$LIMIT" python3 scripts/gpu/stress_overhead_numba.py "$N" "$WORK/runs" "${ROUNDS:-6}" "$((LIMIT - 20))" \
   2>&1 | tee -a "$D/log.txt"
 cp "$WORK/runs/results.json" "$D/" 2>/dev/null
 for f in "$WORK"/runs/*_0.txt; do tail -5 "$f" > "$D/$(basename "$f")"; done
