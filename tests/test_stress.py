@@ -544,7 +544,7 @@ def test_autoloaded_are_the_installed_distributions(tmp_path, no_autoload_env):
 
 
 @pytest.mark.parametrize("where", ["env", "args", "addopts", "ini", "parent-toml", "-c", "-cFILE",
-                                   "run-env"])
+                                   "run-env", "pytest-toml", "path-dir", "addopts-c"])
 def test_every_plugin_is_named_when_autoloading_may_be_off(tmp_path, no_autoload_env,
                                                             monkeypatch, where):
     from faulthunt.stress.options import autoloaded_plugins
@@ -567,6 +567,15 @@ def test_every_plugin_is_named_when_autoloading_may_be_off(tmp_path, no_autoload
     elif where in ("-c", "-cFILE"):
         (tmp_path / "ci.ini").write_text("[pytest]\naddopts = --disable-plugin-autoload\n")
         args += ("-c", "../ci.ini") if where == "-c" else ("-c../ci.ini",)
+    elif where == "pytest-toml":  # pytest 9's own file
+        (suite / "pytest.toml").write_text('[pytest]\naddopts = ["--disable-plugin-autoload"]\n')
+    elif where == "path-dir":  # found from the test path, not from the directory of the run
+        (suite / "inner").mkdir()
+        (suite / "inner" / "tox.ini").write_text("[pytest]\naddopts = --disable-plugin-autoload\n")
+        args = ("inner/test_a.py",)
+    elif where == "addopts-c":
+        (tmp_path / "ci.ini").write_text("[pytest]\naddopts = --disable-plugin-autoload\n")
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"-q -c {tmp_path / 'ci.ini'}")
     else:  # the run's own environment moves where Python finds packages
         env = {"PYTHONPATH": str(tmp_path)}
     opts = StressOptions(pytest_args=args, env=env)
@@ -604,3 +613,38 @@ def test_stress_records_with_and_without_plugin_autoloading(tmp_path, autoload):
     assert (summary["tests_run"], summary["passed"]) == (6, 4)
     assert {f["base_nodeid"] for f in summary["failures"]} == {"test_ok.py::test_bad"}
     assert summary["timeout"]["seconds"] > 0  # pytest-timeout loaded either way
+
+
+def test_plugins_left_to_autoloading_are_named_when_pytest_did_not_know_their_options():
+    from faulthunt.stress.analyse import _unloaded_plugins
+
+    said = _unloaded_plugins(["py", "-m", "pytest", "-p", "faulthunt", "-n", "2"])
+    assert "pytest-xdist, pytest-repeat, pytest-timeout" in said and "faulthunt," not in said
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1" in said
+    named = ["py", "-m", "pytest", "-p", "faulthunt", "-p", "xdist", "-p", "repeat", "-p",
+             "timeout"]
+    assert _unloaded_plugins(named) == ""
+
+
+@pytest.mark.slow
+def test_stress_says_why_pytest_did_not_know_the_plugins_options(tmp_path, monkeypatch):
+    """Autoloading turned off where the check does not look (a sitecustomize here): pytest
+    rejects -n and --timeout-method, and the reason says which plugins it did not load."""
+    _write(tmp_path / "test_ok.py", "def test_ok(): pass\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if 'pytest' in sys.orig_argv:  # the stress run's `python -m pytest`, not its parent\n"
+        "    os.environ['PYTEST_DISABLE_PLUGIN_AUTOLOAD'] = '1'\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FAULTHUNT_RUN_DIR", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "faulthunt", "stress", "-n", "2", "--xid-source",
+                           "none", "-q", "--run-dir", str(run), "test_ok.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    summary = json.loads((run / "summary.json").read_text())
+    reason = summary["no_tests_reason"]
+    assert "unrecognized arguments" in reason and "pytest did not load" in reason, reason
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1" in proc.stdout + proc.stderr

@@ -28,7 +28,7 @@ from faulthunt.redact import redact_argv, redact_text
 from faulthunt.rundir import (DiskFullError, Layout, RunDir, dumps, write_json_atomic,
                               write_run_info, write_text_atomic)
 from faulthunt.stress.collect import Collected
-from faulthunt.stress.options import StressOptions
+from faulthunt.stress.options import RUN_PLUGINS, StressOptions
 from faulthunt.stress.output import PytestOutput
 
 #: outcome of a test that was running when the run was stopped (Ctrl-C, SIGTERM, SIGHUP)
@@ -229,7 +229,23 @@ def _no_tests_reason(got: Collected) -> str:
     asked = selection_text(got.plan.opts)
     if got.pytest_status == 5 and asked:
         said += f" (with {asked})"
+    elif got.pytest_status == 4 and "unrecognized arguments" in said and "--timeout-method" in said:
+        # an option every stress command passes (options.timeout_argv) that pytest-timeout
+        # adds: the plugins were not loaded, not a typo of the user's
+        said += _unloaded_plugins(got.plan.argv)
     return redact_text(said)
+
+
+def _unloaded_plugins(argv: Sequence[str]) -> str:
+    """What to add to pytest's "unrecognized arguments" when the command left a plugin to
+    pytest's own loading (options.autoloaded_plugins), which must then have been off."""
+    named = {value for flag, value in zip(argv, argv[1:], strict=False) if flag == "-p"}
+    left = [dist for name, dist in RUN_PLUGINS if name not in named]
+    if not left:
+        return ""
+    return (f"; pytest did not load {', '.join(left)}: its plugin autoloading is off where "
+            "faulthunt did not see it (fix: run with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1, and "
+            "faulthunt names each plugin with -p)")
 
 
 #: the most of the selection said after "no test ran" (a long list of ids is in run.json)

@@ -8,6 +8,7 @@ happens. :func:`build_pytest_argv` and :func:`build_env` are pure.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -306,8 +307,9 @@ def autoloaded_plugins(opts: StressOptions, cwd: Path,
     if env.get(_NO_AUTOLOAD[0]) or any(key.startswith(("PYTHON", "PYTEST"))
                                        for key in opts.env or ()):
         return frozenset()
-    texts = [*opts.pytest_args, env.get("PYTEST_ADDOPTS", "")]
-    texts += [_text_of(path) for path in _config_files(cwd, opts.pytest_args)]
+    addopts = env.get("PYTEST_ADDOPTS", "")
+    texts = [*opts.pytest_args, addopts]
+    texts += [_text_of(path) for path in _config_files(cwd, opts.pytest_args, addopts)]
     if any(word in text for text in texts for word in _NO_AUTOLOAD):
         return frozenset()
     if installed is None:
@@ -318,20 +320,41 @@ def autoloaded_plugins(opts: StressOptions, cwd: Path,
     return frozenset(name for name, dist in RUN_PLUGINS if dist in found)
 
 
-#: pytest's configuration files, in the order it looks for them in each directory
-_CONFIG_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+#: pytest's configuration files, in the order it looks for them in each directory (pytest 9
+#: added the first two)
+_CONFIG_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml",
+                 "tox.ini", "setup.cfg")
 
 
-def _config_files(cwd: Path, pytest_args: Sequence[str]) -> list[Path]:
-    """Every file pytest might take its configuration from: one named with ``-c`` or
-    ``--config-file``, and each configuration file in ``cwd`` or a parent."""
-    named = [value for flag, value in zip(pytest_args, pytest_args[1:], strict=False)
+def _config_files(cwd: Path, pytest_args: Sequence[str], addopts: str = "") -> list[Path]:
+    """Every file pytest might take its configuration from (more than the one it takes: this is
+    for a check whose false alarm costs little): one named with ``-c`` or ``--config-file`` in
+    the arguments or in ``addopts`` (PYTEST_ADDOPTS), and each configuration file in ``cwd``,
+    in the directory of each test path given, and in their parents (pytest looks from the
+    paths' common ancestor up)."""
+    try:
+        args = [*pytest_args, *shlex.split(addopts)]
+    except ValueError:  # unbalanced quotes: pytest will say so
+        args = [*pytest_args, *addopts.split()]
+    named = [value for flag, value in zip(args, args[1:], strict=False)
              if flag in ("-c", "--config-file")]
-    named += [arg.split("=", 1)[1] for arg in pytest_args if arg.startswith("--config-file=")]
-    named += [arg[2:] for arg in pytest_args if arg.startswith("-c") and len(arg) > 2]
+    named += [arg.split("=", 1)[1] for arg in args if arg.startswith("--config-file=")]
+    named += [arg[2:] for arg in args if arg.startswith("-c") and len(arg) > 2]
     found = [cwd / path for path in named]
-    for directory in (cwd, *cwd.parents):
-        found += [directory / name for name in _CONFIG_NAMES if (directory / name).is_file()]
+    starts = [cwd] + [cwd / arg.split("::", 1)[0] for arg in pytest_args
+                      if arg and not arg.startswith("-")]
+    seen: set[Path] = set()
+    for start in starts:
+        try:
+            start = start.resolve()
+            first = start if start.is_dir() else start.parent
+        except OSError:
+            continue
+        for directory in (first, *first.parents):
+            if directory in seen:
+                break  # this one and its parents are looked at already
+            seen.add(directory)
+            found += [directory / name for name in _CONFIG_NAMES if (directory / name).is_file()]
     return found
 
 
