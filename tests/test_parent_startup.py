@@ -298,6 +298,27 @@ def test_the_console_script_starts_with_the_collector_off_and_runs_commands_with
     assert done.stdout.strip() == "collector True", done.stdout + done.stderr
 
 
+def test_a_stop_before_pytest_starts_still_settles_the_start(tmp_path: Path) -> None:
+    """A stop signal that came before pytest started: nothing runs, and the steps done while
+    pytest starts are still done (``once_started`` turns the collector back on)."""
+    import signal
+
+    from faulthunt.stress import StressOptions
+    from faulthunt.stress.collect import _Stopper, collect
+    from faulthunt.stress.options import check
+
+    (tmp_path / "test_a.py").write_text("def test_a(): pass\n")
+    plan = check(StressOptions(pytest_args=("test_a.py",), cwd=tmp_path, xid_source="none",
+                               run_dir=tmp_path / "run"), lambda _msg: None)
+    stopper = _Stopper()
+    stopper.early = signal.SIGINT
+    settled: list[bool] = []
+    got = collect(plan, stopper, warn=lambda _msg: None, warnings=[],
+                  once_started=lambda: settled.append(True))
+    assert settled == [True]
+    assert got.pytest_status is None and got.stopped_by == signal.SIGINT
+
+
 def test_the_records_decoders_compile_no_forward_references() -> None:
     """The records the parent decodes carry their annotations as types, not strings: msgspec
     evaluates a string annotation through typing.ForwardRef, which compiles it (~10 M

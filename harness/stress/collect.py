@@ -350,8 +350,8 @@ def collect(plan: Plan, stopper: _Stopper, *, warn: Callable[[str], None],
     if stopper.early is None:  # a stop before pytest started: nothing runs
         ran = _run_pytest(plan, run_dir, stopper, output, progress, disk_full, warn, console,
                           on_line, while_pytest_starts)
-    else:
-        kernlog.follow()
+    else:  # the same steps, nothing to wait for (once_started: the collector on again)
+        while_pytest_starts()
     xids = _stop_kernel_log(kernlog, disk_full)
     xid_log.close()
     _seal_ledgers(run_dir)
