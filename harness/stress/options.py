@@ -348,7 +348,7 @@ def _config_files(cwd: Path, pytest_args: Sequence[str], addopts: str = "") -> l
         try:
             start = start.resolve()
             first = start if start.is_dir() else start.parent
-        except OSError:
+        except (OSError, ValueError):  # too long a name, a NUL byte: no path pytest could read
             continue
         for directory in (first, *first.parents):
             if directory in seen:
