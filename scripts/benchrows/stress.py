@@ -137,8 +137,10 @@ def stress_instructions(quick: bool) -> Row:
     run of the same command to the next: the baseline's whole tree read 18.8-23.4 G
     instructions over 15 runs (docs/performance.md, round 11), most apart when the two
     sides ran at once, within 1% inside one bench invocation. So the sides run one at a time,
-    alternating, ``--pairs`` rounds (2 unless given), every count kept; the ratio is of the
-    medians. Both run once natively first (bytecode, pytest's rewritten test file). The
+    alternating, ``--pairs`` rounds (2 unless given), every count kept. The goal is judged as
+    every row's, on the median of the pairs' ratios (a pair: the two sides run back to back);
+    the note gives the ratio of the two sides' medians too, which can differ from it by a few
+    percent with few pairs. Both run once natively first (bytecode, pytest's rewritten test file). The
     samples are the counts at the baseline's native rate (its instructions over its CPU
     seconds), so the ratio is the instructions' ratio."""
     if not _cachegrind.available():
@@ -190,6 +192,7 @@ def stress_instructions(quick: bool) -> Row:
                    note=f"medians of {rounds} runs a side, one at a time: {ours_n / 1e6:,.0f} M "
                         f"instructions in {processes['ours']} processes against "
                         f"{base_n / 1e6:,.0f} M in {processes['base']}: {ours_n / base_n:.3f}x "
+                        "(the ratio column: the pairs' ratios) "
                         f"(each run, M: {each}); times are the counts at {rate / 1e9:.2f}G "
                         "instructions per CPU second (the baseline's native run); user space "
                         "only, no kernel time; OPENBLAS_NUM_THREADS=1 on both sides")
