@@ -21,7 +21,7 @@ from faulthunt.records.run import TestSpan
 from faulthunt.rundir import DiskFullError, JsonlWriter, RunDir
 from faulthunt.stress import StressOptions, build_pytest_argv, exit_status_for
 from faulthunt.stress.analyse import INTERRUPTED, label_unended
-from faulthunt.stress.options import (Timeout, check_gpus, check_run_dir, check_targets,
+from faulthunt.stress.options import (Timeout, check, check_gpus, check_run_dir, check_targets,
                                       resolve_timeout, split_targets, suite_timeout)
 from faulthunt.stress.output import (PREFIX, READ_CHUNK, SEGMENT, OutputPump, PytestOutput,
                                      redact_lines)
@@ -324,6 +324,84 @@ def test_suite_timeout_found_as_pytest_finds_it(tmp_path):
     t = resolve_timeout(None, None)
     assert (t.seconds, t.source) == (300.0, "default") and "--timeout 0" in t.text()
     assert resolve_timeout(0, ("pytest.ini", 9.0)) == Timeout(None, "off")
+
+
+@pytest.mark.parametrize(("name", "text", "source"), [
+    ("pytest.toml", '[pytest]\ntimeout = "7"\n', "pytest.toml"),
+    (".pytest.toml", '[pytest]\naddopts = ["-q", "--timeout", "7"]\n', ".pytest.toml addopts"),
+    ("pyproject.toml", '[tool.pytest]\ntimeout = "7"\n', "pyproject.toml"),
+    ("pyproject.toml", '[tool.pytest.ini_options]\naddopts = "--timeout=7"\n',
+     "pyproject.toml addopts"),
+    ("pytest.ini", "[pytest]\naddopts = -q --timeout 7\n", "pytest.ini addopts"),
+    ("tox.ini", "[pytest]\ntimeout = 7\n", "tox.ini"),
+    ("setup.cfg", "[tool:pytest]\ntimeout = 7\n", "setup.cfg"),
+])
+def test_suite_timeout_every_way_a_suite_sets_it(tmp_path, name, text, source):
+    """pytest 9's own files ([pytest] tables, [tool.pytest]) and --timeout in addopts count:
+    stress passing its default over them would cut the suite's long tests short as hung."""
+    (tmp_path / name).write_text(text)
+    assert suite_timeout(tmp_path, env={}) == (source, 7.0)
+    plan_argv = build_pytest_argv(StressOptions(), python="py",
+                                  timeout=resolve_timeout(None, suite_timeout(tmp_path, env={})))
+    assert "--timeout" not in plan_argv  # the suite's own value stays in force
+
+
+def test_suite_timeout_precedence_as_pytest_timeout_reads_it(tmp_path):
+    """pytest's arguments, then PYTEST_ADDOPTS, then the file's addopts (pytest puts them on one
+    command line in reverse order), then PYTEST_TIMEOUT, then the file's timeout."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 5\naddopts = --timeout 4\n")
+    env = {"PYTEST_ADDOPTS": "--timeout=3", "PYTEST_TIMEOUT": "9"}
+    assert suite_timeout(tmp_path, ("t.py", "--timeout", "2"), env) == ("pytest arguments", 2.0)
+    assert suite_timeout(tmp_path, ("t.py",), env) == ("PYTEST_ADDOPTS", 3.0)
+    assert suite_timeout(tmp_path, (), {"PYTEST_TIMEOUT": "9"}) == ("pytest.ini addopts", 4.0)
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 5\n")
+    assert suite_timeout(tmp_path, (), {"PYTEST_TIMEOUT": "9"}) == ("PYTEST_TIMEOUT", 9.0)
+    assert suite_timeout(tmp_path, (), {}) == ("pytest.ini", 5.0)
+    assert suite_timeout(tmp_path, ("-o", "timeout=6"), {}) == ("-o timeout", 6.0)
+    assert suite_timeout(tmp_path, (), {"PYTEST_ADDOPTS": "--override-ini=timeout=6"}) == (
+        "-o timeout", 6.0)
+    assert suite_timeout(tmp_path, ("-otimeout=6",), {"PYTEST_TIMEOUT": "9"}) == (
+        "PYTEST_TIMEOUT", 9.0)  # pytest-timeout reads the environment before the ini setting
+    # after pytest's own "--" a word is a test path, not an option
+    assert suite_timeout(tmp_path, ("--", "--timeout", "2"), {}) == ("pytest.ini", 5.0)
+    assert suite_timeout(tmp_path, ("--timeout", "x"), {}) is None  # pytest-timeout says why
+
+
+def test_suite_timeout_from_the_file_pytest_takes(tmp_path):
+    """The file is found from the test paths' common ancestor up, or named with -c."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 5\n")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "tox.ini").write_text("[pytest]\ntimeout = 6\n")
+    (sub / "test_a.py").write_text("def test_a(): pass\n")
+    assert suite_timeout(tmp_path, ("sub/test_a.py::test_a",), {}) == ("tox.ini", 6.0)
+    assert suite_timeout(tmp_path, ("sub/test_a.py", "."), {}) == ("pytest.ini", 5.0)
+    assert suite_timeout(tmp_path, ("missing.py",), {}) == ("pytest.ini", 5.0)  # cwd's
+    (tmp_path / "ci.toml").write_text('[pytest]\ntimeout = "8"\n')
+    assert suite_timeout(tmp_path, ("-c", "ci.toml"), {}) == ("ci.toml", 8.0)
+    assert suite_timeout(tmp_path, (), {"PYTEST_ADDOPTS": "--config-file=sub/tox.ini"}) == (
+        "tox.ini", 6.0)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # no pytest table
+    (tmp_path / "pytest.ini").unlink()
+    assert suite_timeout(tmp_path, (), {}) is None
+    (tmp_path / "pyproject.toml").write_text("not toml [\n")  # pytest will say what is wrong
+    assert suite_timeout(tmp_path, (), {}) is None
+
+
+def test_timeout_text_says_where_it_came_from():
+    assert "the environment's PYTEST_TIMEOUT" in Timeout(9.0, "PYTEST_TIMEOUT").text()
+    assert "the suite's pytest.ini addopts" in Timeout(4.0, "pytest.ini addopts").text()
+    assert "--timeout among pytest's arguments" in Timeout(2.0, "pytest arguments").text()
+    assert "the suite's tox.ini sets 0" in Timeout(None, "tox.ini").text()
+    assert "(--timeout 0)" in Timeout(None, "off").text()
+
+
+def test_two_timeouts_refused(tmp_path):
+    opts = StressOptions(timeout=5, pytest_args=("--timeout", "1"), cwd=tmp_path,
+                         xid_source="none")
+    with pytest.raises(UsageError, match="two per-test timeouts") as info:
+        check(opts, warn=lambda _msg: None)
+    assert "give one of them" in str(info.value.fix)
 
 
 def test_run_dir_holding_a_run_is_refused(tmp_path):

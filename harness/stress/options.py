@@ -68,15 +68,28 @@ class Timeout(msgspec.Struct, frozen=True):
     """The per-test timeout a run uses and where it came from (said in summary.json)."""
 
     seconds: float | None                 # None: off
-    source: str                           # "--timeout", "pytest.ini", ..., "default", "off"
+    #: "--timeout", "default", "off", or the suite's own (:func:`suite_timeout`): "pytest.ini",
+    #: "pyproject.toml addopts", "PYTEST_TIMEOUT", "PYTEST_ADDOPTS", "pytest arguments", ...
+    source: str
 
     def text(self) -> str:
         if self.seconds is None:
-            why = "--timeout 0" if self.source == "off" else f"the suite's {self.source} sets 0"
+            why = "--timeout 0" if self.source == "off" else f"{self._where()} sets 0"
             return f"no per-test timeout ({why}): a hanging test is not reported"
-        where = {"--timeout": "--timeout", "default": "faulthunt's default"}.get(
-            self.source, f"the suite's {self.source}")
-        return f"per-test timeout {self.seconds:g} s ({where}; --timeout 0 turns it off)"
+        return f"per-test timeout {self.seconds:g} s ({self._where()}; --timeout 0 turns it off)"
+
+    def _where(self) -> str:
+        if self.source in ("--timeout", "off"):
+            return "--timeout"
+        if self.source == "default":
+            return "faulthunt's default"
+        if self.source.startswith("PYTEST_"):  # PYTEST_TIMEOUT, PYTEST_ADDOPTS
+            return f"the environment's {self.source}"
+        if self.source == ARGS_SOURCE:
+            return "--timeout among pytest's arguments"
+        if self.source == "-o timeout":
+            return "-o timeout among pytest's options"
+        return f"the suite's {self.source}"  # pytest.ini, pyproject.toml addopts, ...
 
 
 class Plan(msgspec.Struct, frozen=True):
@@ -284,7 +297,13 @@ def check(opts: StressOptions, warn: Callable[[str], None]) -> Plan:
         check_run_dir(opts.run_dir if opts.run_dir.is_absolute() else cwd / opts.run_dir)
     notes = list(check_gpus(opts.gpus))
     check_targets(opts.pytest_args, cwd)
-    timeout = resolve_timeout(opts.timeout, suite_timeout(cwd))
+    env = {**os.environ, **(opts.env or {})}
+    suite = suite_timeout(cwd, opts.pytest_args, env)
+    if opts.timeout is not None and suite is not None and suite[0] == ARGS_SOURCE:
+        raise UsageError(f"two per-test timeouts: --timeout {opts.timeout:g} and --timeout "
+                         f"{suite[1]:g} among pytest's arguments (pytest would take the second)",
+                         fix="give one of them")
+    timeout = resolve_timeout(opts.timeout, suite)
     argv = tuple(build_pytest_argv(opts, timeout=timeout,  # a bad node id: UsageError
                                    autoloaded=autoloaded_plugins(opts, cwd)))
     source = open_kernel_log(opts.xid_source, warn)
@@ -449,56 +468,180 @@ def check_targets(args: Sequence[str], cwd: Path) -> None:
                 "(a.py::test_a, a.py::TestC)")
 
 
-def suite_timeout(cwd: Path) -> tuple[str, float] | None:
-    """The ``timeout`` of the suite's own pytest configuration, as pytest finds it: the first of
-    pytest.ini, .pytest.ini, pyproject.toml, tox.ini, setup.cfg with a pytest section, in ``cwd``
-    or a parent. None when there is none (or it sets no timeout)."""
-    for directory in (cwd, *cwd.parents):
-        for name, section in (("pytest.ini", "pytest"), (".pytest.ini", "pytest"),
-                              ("pyproject.toml", None), ("tox.ini", "pytest"),
-                              ("setup.cfg", "tool:pytest")):
-            path = directory / name
-            if not path.is_file():
-                continue
-            found, value = _timeout_setting(path, name, section)
-            if not found:
-                continue
-            if value is None or str(value).strip() == "":
-                return None
-            try:
-                return name, float(value)
-            except ValueError:
-                return None
+#: where a --timeout among the pytest arguments (after stress's ``--``) is said to come from
+ARGS_SOURCE = "pytest arguments"
+
+
+def suite_timeout(cwd: Path, pytest_args: Sequence[str] = (),
+                  env: Mapping[str, str] | None = None) -> tuple[str, float] | None:
+    """The per-test timeout the suite sets itself, as pytest-timeout will read it, and where:
+    ``--timeout`` among the pytest arguments, in PYTEST_ADDOPTS or in the configuration file's
+    ``addopts`` (pytest puts the three on one command line in the reverse order: the first found
+    here is the one in force), then the environment's PYTEST_TIMEOUT, then the ``timeout``
+    setting (``-o timeout=S`` there, else the file's). The file is the one pytest takes
+    (:func:`pytest_config`). None when none is set, or the value in force is not a number
+    (pytest-timeout says so; faulthunt's default then stands in for it)."""
+    env = os.environ if env is None else env
+    addopts = env.get("PYTEST_ADDOPTS", "")
+    config = pytest_config(cwd, pytest_args, addopts)
+    name, settings = config if config is not None else ("", {})
+    candidates: list[tuple[str, Any]] = [
+        (ARGS_SOURCE, _timeout_option(pytest_args)),
+        ("PYTEST_ADDOPTS", _timeout_option(_split(addopts))),
+        (f"{name} addopts", _timeout_option(_option_list(settings.get("addopts")))),
+        ("PYTEST_TIMEOUT", env.get("PYTEST_TIMEOUT")),
+        ("-o timeout", _ini_override([*_option_list(settings.get("addopts")), *_split(addopts),
+                                      *pytest_args], "timeout")),
+        (name, settings.get("timeout"))]
+    for where, value in candidates:
+        if value is None or str(value).strip() == "":
+            continue
+        try:
+            return where, float(value)
+        except ValueError:
+            return None
     return None
 
 
-def _timeout_setting(path: Path, name: str, section: str | None) -> tuple[bool, Any]:
-    """(whether pytest takes its configuration from this file, its ``timeout`` value or None).
-    The parser of a format is imported only when a file of it is there (most suites have no
-    ini file: configparser's import is most of this check's cost)."""
-    if section is None:
-        if sys.version_info >= (3, 11):
-            import tomllib
-        else:  # Python 3.10: the same parser as the tomli package (pytest reads its config with it too)
-            import tomli as tomllib
+def _split(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:  # unbalanced quotes: pytest will say so
+        return text.split()
+
+
+def _option_list(value: Any) -> list[str]:
+    """A configuration value that holds options (``addopts``): a string (INI, or TOML's
+    ini_options) or a list of strings (a TOML array)."""
+    if isinstance(value, str):
+        return _split(value)
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return []
+
+
+def _timeout_option(args: Sequence[str]) -> str | None:
+    """The value of the last ``--timeout`` in ``args`` (``--timeout S`` or ``--timeout=S``;
+    pytest takes no abbreviation), before any ``--``; None when there is none."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--timeout" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--timeout="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _ini_override(args: Sequence[str], key: str) -> str | None:
+    """The value the last ``-o KEY=VALUE`` (``--override-ini``) in ``args`` gives ``key``, before
+    any ``--``; None when none does."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        given = None
+        if arg in ("-o", "--override-ini") and i + 1 < len(args):
+            given = args[i + 1]
+        elif arg.startswith("--override-ini="):
+            given = arg.split("=", 1)[1]
+        elif arg.startswith("-o") and len(arg) > 2:
+            given = arg[2:]
+        if given is not None and given.partition("=")[0].strip() == key:
+            value = given.partition("=")[2]
+    return value
+
+
+def pytest_config(cwd: Path, pytest_args: Sequence[str] = (),
+                  addopts: str = "") -> tuple[str, dict[str, Any]] | None:
+    """The configuration file pytest takes for these arguments (its name, its pytest settings),
+    found as pytest 9 finds it: the file named with ``-c``/``--config-file`` (in the arguments or
+    PYTEST_ADDOPTS), else the first file holding pytest settings among :data:`_CONFIG_NAMES`, in
+    that order, from the test paths' common ancestor (``cwd`` without paths) up. None when there
+    is none. A file that does not parse is passed over: pytest will say what is wrong with it."""
+    args = [*pytest_args, *_split(addopts)]
+    named = [value for flag, value in zip(args, args[1:], strict=False)
+             if flag in ("-c", "--config-file")]
+    named += [arg.split("=", 1)[1] for arg in args if arg.startswith("--config-file=")]
+    named += [arg[2:] for arg in args if arg.startswith("-c") and len(arg) > 2]
+    if named:
+        path = cwd / named[-1]
+        settings = _pytest_settings(path, path.name if path.name in _CONFIG_NAMES else path.suffix)
+        return (path.name, settings) if settings is not None else None
+    for directory in _ancestors(cwd, pytest_args):
+        for name in _CONFIG_NAMES:
+            path = directory / name
+            if path.is_file():
+                settings = _pytest_settings(path, name)
+                if settings is not None:
+                    return name, settings
+    return None
+
+
+def _ancestors(cwd: Path, pytest_args: Sequence[str]) -> list[Path]:
+    """The test paths' common ancestor (as pytest's get_common_ancestor: the paths that exist;
+    ``cwd`` when none does) and its parents."""
+    paths = []
+    for arg in pytest_args:
+        if arg == "--":
+            continue
+        if arg.startswith("-"):
+            continue
         try:
-            table = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, tomllib.TOMLDecodeError):
-            return False, None  # pytest will say what is wrong with it
-        ini = table.get("tool", {}).get("pytest", {}).get("ini_options")
-        return (False, None) if ini is None else (True, ini.get("timeout"))
+            path = (cwd / arg.split("::", 1)[0]).resolve()
+            if path.exists():
+                paths.append(path if path.is_dir() else path.parent)
+        except (OSError, ValueError):  # too long a name, a NUL byte: no path pytest could read
+            continue
+    if not paths:
+        return [cwd, *cwd.parents]
+    common = Path(os.path.commonpath([str(p) for p in paths]))
+    return [common, *common.parents]
+
+
+def _pytest_settings(path: Path, kind: str) -> dict[str, Any] | None:
+    """The pytest settings of configuration file ``path`` read as ``kind`` (its name, or for a
+    ``-c`` file of another name its suffix), None when pytest takes none from it. The parser of
+    a format is imported only when a file of it is there (most suites have no ini file:
+    configparser's import is most of this check's cost)."""
+    if kind in ("pytest.toml", ".pytest.toml", "pyproject.toml", ".toml"):
+        document = _toml(path)
+        if document is None:
+            return None
+        tool = document.get("tool", {}).get("pytest", {})
+        native = {k: v for k, v in tool.items() if k != "ini_options"} if isinstance(tool, dict) else {}
+        ini_options = tool.get("ini_options") if isinstance(tool, dict) else None
+        own = document.get("pytest")
+        if kind == "pyproject.toml" or (kind == ".toml" and (native or ini_options is not None)):
+            return native or (ini_options if isinstance(ini_options, dict) else None)
+        return own if isinstance(own, dict) else ({} if kind != ".toml" else None)
+    section = {"pytest.ini": "pytest", ".pytest.ini": "pytest", "tox.ini": "pytest",
+               ".ini": "pytest", "setup.cfg": "tool:pytest", ".cfg": "tool:pytest"}.get(kind)
+    if section is None:
+        return None
     import configparser
 
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read(path, encoding="utf-8")
-        if not parser.has_section(section):
-            # pytest takes pytest.ini and .pytest.ini even without the section
-            return name in ("pytest.ini", ".pytest.ini"), None
-        return True, parser.get(section, "timeout", fallback=None)
+        if parser.has_section(section):
+            return dict(parser.items(section))
     except (OSError, ValueError, configparser.Error):
-        return False, None  # pytest will say what is wrong with it
-    return None
+        return None
+    # pytest takes pytest.ini and .pytest.ini even without the section
+    return {} if kind in ("pytest.ini", ".pytest.ini") else None
+
+
+def _toml(path: Path) -> dict[str, Any] | None:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the same parser as the tomli package (pytest reads its config with it too)
+        import tomli as tomllib
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, tomllib.TOMLDecodeError):
+        return None
 
 
 def open_kernel_log(spec: str, warn: Callable[[str], None]) -> Any:
