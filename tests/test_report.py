@@ -113,6 +113,35 @@ def test_headline_counts_worker_slots_and_says_restarts() -> None:
                           " 1 module failed to import (their tests never ran)")
 
 
+def test_headline_of_failures_in_every_run_says_not_intermittent() -> None:
+    """Two tests that fail in each of their 3 runs: the headline read "fails 2 of 2 workers
+    anywhere from their 12th to their 20th test", a worker/position pattern where there is none."""
+    from faulthunt.report.model import model_from_parts
+
+    failures = [{"nodeid": f"t.py::test_{name}[{i}-3]", "base_nodeid": f"t.py::test_{name}",
+                 "outcome": "failed", "worker": f"gw{i % 2}", "pid": 100 + i % 2}
+                for name in ("a", "b") for i in range(1, 4)]
+    by_test = [{"base_nodeid": "t.py::test_a", "runs": 3, "failures": 3, "collateral": 0},
+               {"base_nodeid": "t.py::test_b", "runs": 3, "failures": 3, "collateral": 0},
+               {"base_nodeid": "t.py::test_c", "runs": 3, "failures": 0, "collateral": 0}]
+    summary = {"tests_run": 9, "failures": failures, "by_test": by_test,
+               "workers": {"processes": 2, "slots": 2, "restarts": 0}}
+
+    def headline(summary: dict) -> str:
+        return model_from_parts(run_id="r", run={}, identity={}, summary=summary, mapping=[],
+                                sanitizer=None, events=[], controller=[], xids=[], hang_texts={},
+                                notes=[]).headline
+
+    assert headline(summary) == ("fails in every run of 2 tests (6 failed): not intermittent; "
+                                 "6 of 9 runs, 95% interval 35.4%-87.9%")
+    # one of them passed once: intermittent, said by workers as before
+    by_test[1] = {**by_test[1], "failures": 2}
+    assert headline({**summary, "failures": failures[:5]}).startswith("fails 2 of 2 workers (5 failed)")
+    # a test that ran once says nothing either way
+    one = [{"base_nodeid": "t.py::test_a", "runs": 1, "failures": 1, "collateral": 0}]
+    assert "every run" not in headline({**summary, "failures": failures[:1], "by_test": one})
+
+
 def test_a_stopped_run_says_so_in_the_headline_and_the_steps() -> None:
     """Ctrl-C or a CI timeout's SIGTERM: the report read "0 of 2 runs failed" and "Nothing failed
     in this run: raise --count", as if the run had ended; summary.json said stopped_by."""

@@ -380,6 +380,20 @@ def _workers_failing(summary: Mapping[str, Any], failing: Sequence[Mapping[str, 
     return (*_who(procs, bad_procs, "worker process"), "")
 
 
+def _failing_every_run(summary: Mapping[str, Any]) -> int:
+    """How many tests failed, when each of them failed in every one of its runs and ran at least
+    twice (summary.json ``by_test``); 0 otherwise (some failure is intermittent, or is collateral
+    of another test's sticky error, or a test ran once: that says nothing either way)."""
+    failed = [t for t in summary.get("by_test") or []
+              if isinstance(t, Mapping) and (t.get("failures") or t.get("collateral"))]
+    for t in failed:
+        runs, failures = t.get("runs"), t.get("failures")
+        if (t.get("collateral") or not isinstance(runs, int) or runs < 2
+                or failures != runs):
+            return 0
+    return len(failed)
+
+
 def _lanes(events: Sequence[Mapping[str, Any]], controller: Sequence[Mapping[str, Any]],
            xids: Sequence[Mapping[str, Any]]) -> tuple[list[Lane], dict[Any, list[dict[str, Any]]]]:
     """Timeline lanes per worker process and each pid's ordered span list."""
@@ -664,8 +678,15 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     if unrated:
         rate_text += f" (not counted: {unrated}: they could not fail)"
     who = _workers_failing(summary, failing, len(lanes))
-    if who is not None:
-        kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items(), key=_outcome_order))
+    every = _failing_every_run(summary)
+    kinds = ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items(), key=_outcome_order))
+    if every and failing:
+        # which workers and which of their tests say nothing when each failing test fails
+        # every time it runs: the failure is not intermittent, and the headline says so
+        headline = (f"{verb} in every run of {every} test{'s' if every != 1 else ''} ({kinds}): "
+                    f"not intermittent; {nfail} of {runs} runs, 95% interval "
+                    f"{_pct(lo)}-{_pct(hi)}{who[2] if who else ''}")
+    elif who is not None:
         headline = (f"{verb} {who[0]}{_position_text(positions, who[1])} ({kinds}); "
                     f"{nfail} of {runs} runs, 95% interval {_pct(lo)}-{_pct(hi)}{who[2]}")
     else:
