@@ -102,3 +102,26 @@ def test_nothing_matched_says_the_options_with_their_values(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     reason = _summary(tmp_path)["no_tests_reason"]
     assert reason.endswith("(with -k zzznomatch --ignore test_broken.py .)"), reason
+
+
+def test_an_id_that_names_no_test_under_xdist_gets_the_fix(tmp_path):
+    """xdist's workers drop a node id that names no test without a word ("no tests ran"): the
+    reason says so and how to find the ids. Without xdist pytest's own "not found" is said."""
+    _write(tmp_path / "test_ok.py", "def test_a(): pass\n")
+    proc = _stress(["-n", "2", "test_ok.py::test_typo"], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    reason = _summary(tmp_path)["no_tests_reason"]
+    assert "(with test_ok.py::test_typo); under xdist pytest does not say" in reason, reason
+    assert "python -m pytest --collect-only -q test_ok.py" in reason
+    assert "under xdist" in proc.stdout
+
+
+def test_ids_under_xdist_hint_only_for_positional_ids():
+    from faulthunt.stress import StressOptions
+    from faulthunt.stress.analyse import _ids_under_xdist
+
+    assert _ids_under_xdist(StressOptions(workers=2, pytest_args=("--deselect", "a.py::t"))) == ""
+    assert _ids_under_xdist(StressOptions(workers=0, pytest_args=("a.py::t",))) == ""
+    assert "a.py" in _ids_under_xdist(StressOptions(workers=2, pytest_args=("--", "a.py::t")))
+    assert "-q 'my dir/a.py'" in _ids_under_xdist(
+        StressOptions(workers="auto", pytest_args=("my dir/a.py::t",)))

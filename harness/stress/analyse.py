@@ -28,7 +28,7 @@ from faulthunt.redact import redact_argv, redact_text
 from faulthunt.rundir import (DiskFullError, Layout, RunDir, dumps, write_json_atomic,
                               write_run_info, write_text_atomic)
 from faulthunt.stress.collect import Collected
-from faulthunt.stress.options import RUN_PLUGINS, StressOptions
+from faulthunt.stress.options import RUN_PLUGINS, StressOptions, positional_ids, worker_count
 from faulthunt.stress.output import PytestOutput
 
 #: outcome of a test that was running when the run was stopped (Ctrl-C, SIGTERM, SIGHUP)
@@ -228,12 +228,23 @@ def _no_tests_reason(got: Collected) -> str:
                                    "why (see reproducer.log)")
     asked = selection_text(got.plan.opts)
     if got.pytest_status == 5 and asked:
-        said += f" (with {asked})"
+        said += f" (with {asked})" + _ids_under_xdist(got.plan.opts)
     elif got.pytest_status == 4 and "unrecognized arguments" in said and "--timeout-method" in said:
         # an option every stress command passes (options.timeout_argv) that pytest-timeout
         # adds: the plugins were not loaded, not a typo of the user's
         said += _unloaded_plugins(got.plan.argv)
     return redact_text(said)
+
+
+def _ids_under_xdist(opts: StressOptions) -> str:
+    """The fix for a run under xdist that named node ids and ran nothing: xdist's workers drop
+    an id that names no test without a word (pytest alone says ``not found``)."""
+    ids = positional_ids(opts.pytest_args)
+    if not ids or worker_count(opts) in (0, "0"):
+        return ""
+    return ("; under xdist pytest does not say that an id names no test (fix: list the ids with "
+            f"python -m pytest --collect-only -q {shlex.quote(ids[0].split('::', 1)[0])}, or run "
+            "with -n 0, where pytest names the one it did not find)")
 
 
 def _unloaded_plugins(argv: Sequence[str]) -> str:

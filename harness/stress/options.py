@@ -143,6 +143,22 @@ def worker_count(opts: StressOptions) -> int | str:
     return opts.workers
 
 
+def positional_ids(args: Sequence[str]) -> list[str]:
+    """The node ids (``a.py::test_a``, with or without parameters) among ``args`` that pytest
+    reads as test paths: not options and not an option's value (``--deselect a.py::t``), and
+    after a literal ``--`` every one."""
+    ids = []
+    previous = ""
+    rest = False
+    for arg in args:
+        if arg == "--" and not rest:
+            rest = True
+        elif "::" in arg and (rest or (not arg.startswith("-") and previous not in _VALUE_OPTIONS)):
+            ids.append(arg)
+        previous = arg
+    return ids
+
+
 def split_targets(args: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
     """(arguments kept in place, node ids selected by id, arguments after a literal ``--``).
 
