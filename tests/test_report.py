@@ -236,3 +236,22 @@ def test_output_into_a_directory_and_bad_outputs(tmp_path: Path,
     assert main(["report", "--run", str(run), "--format", "md", "-o", str(afile / "r.md")]) == 3
     err = capsys.readouterr().err
     assert err.count("fix:") == 2 and "Traceback" not in err and afile.read_text() == "keep"
+
+
+def test_reproduce_command_pastes_as_a_new_run() -> None:
+    """The run's own --run-dir holds this run (stress refuses to mix a new one into it), and a
+    timeout the run took from its environment is not in a new shell: the command drops the one
+    and passes the other."""
+    from faulthunt.report.model import _reproduce
+
+    run = {"argv": ["/venv/bin/faulthunt", "stress", "-n", "1", "--run-dir", "/r/x", "--run-dir=/r/y",
+                    "t.py", "--", "--run-dir", "kept"]}
+    assert _reproduce(run) == "faulthunt stress -n 1 t.py -- --run-dir kept"
+    env = {"seconds": 2.0, "from": "PYTEST_TIMEOUT"}
+    assert _reproduce(run, env) == "faulthunt stress --timeout 2 -n 1 t.py -- --run-dir kept"
+    suite = {"seconds": 2.0, "from": "pytest.ini"}  # the file travels with the suite
+    assert _reproduce(run, suite) == "faulthunt stress -n 1 t.py -- --run-dir kept"
+    own = {"argv": ["faulthunt", "stress", "--timeout=5", "t.py"]}
+    assert _reproduce(own, {"seconds": 5.0, "from": "PYTEST_ADDOPTS"}) == (
+        "faulthunt stress --timeout=5 t.py")
+    assert _reproduce({"argv": ["faulthunt", "demo", "--run-dir", "d"]}) == "faulthunt demo --run-dir d"

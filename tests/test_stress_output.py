@@ -364,7 +364,15 @@ def test_suite_timeout_precedence_as_pytest_timeout_reads_it(tmp_path):
         "PYTEST_TIMEOUT", 9.0)  # pytest-timeout reads the environment before the ini setting
     # after pytest's own "--" a word is a test path, not an option
     assert suite_timeout(tmp_path, ("--", "--timeout", "2"), {}) == ("pytest.ini", 5.0)
-    assert suite_timeout(tmp_path, ("--timeout", "x"), {}) is None  # pytest-timeout says why
+    with pytest.raises(UsageError, match="--timeout among pytest's arguments sets the per-test "
+                       "timeout to 'x', which is not a number of seconds") as info:
+        suite_timeout(tmp_path, ("--timeout", "x"), {})
+    assert "--timeout S" in str(info.value.fix)
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = abc\n")
+    with pytest.raises(UsageError, match=r"the suite's pytest\.ini sets the per-test timeout to 'abc'"):
+        check(StressOptions(cwd=tmp_path, xid_source="none"), warn=lambda _msg: None)
+    plan = check(StressOptions(cwd=tmp_path, xid_source="none", timeout=9), warn=lambda _m: None)
+    assert (plan.timeout.seconds, plan.timeout.source) == (9.0, "--timeout")  # ours wins
 
 
 def test_suite_timeout_from_the_file_pytest_takes(tmp_path):
@@ -394,6 +402,7 @@ def test_timeout_text_says_where_it_came_from():
     assert "--timeout among pytest's arguments" in Timeout(2.0, "pytest arguments").text()
     assert "the suite's tox.ini sets 0" in Timeout(None, "tox.ini").text()
     assert "(--timeout 0)" in Timeout(None, "off").text()
+    assert "unless a timeout mark of its own sets one" in Timeout(None, "off").text()
 
 
 def test_two_timeouts_refused(tmp_path):

@@ -260,13 +260,14 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _reproduce(run: Mapping[str, Any]) -> str | None:
+def _reproduce(run: Mapping[str, Any], timeout: Any = None) -> str | None:
     """The command that makes the run again; for a merged run, each input's own command (the
-    merge command reproduces nothing)."""
+    merge command reproduces nothing). ``timeout``: summary.json's ``timeout`` (a timeout the
+    run took from its environment is passed on the command, which a new shell lacks)."""
     sources = run.get("merged_from")
     if isinstance(sources, list) and sources:
         return _reproduce_merged([s for s in sources if isinstance(s, Mapping)])
-    return _command(run)
+    return _command(run, timeout)
 
 
 def _reproduce_merged(sources: Sequence[Mapping[str, Any]]) -> str | None:
@@ -280,11 +281,11 @@ def _reproduce_merged(sources: Sequence[Mapping[str, Any]]) -> str | None:
     return "\n".join(f"# on {', '.join(runners)}\n{cmd}" for cmd, runners in by_command.items())
 
 
-def _command(run: Mapping[str, Any]) -> str | None:
+def _command(run: Mapping[str, Any], timeout: Any = None) -> str | None:
     import shlex
     argv = run.get("argv")
     if isinstance(argv, list) and argv:
-        parts = redact_argv([str(a) for a in argv])
+        parts = _rerunnable(redact_argv([str(a) for a in argv]), timeout)
         # `python -m faulthunt` records argv[0] as the path of harness/__main__.py
         if parts and (parts[0].endswith("faulthunt") or parts[0].endswith("__main__.py")):
             parts[0] = "faulthunt"
@@ -293,6 +294,34 @@ def _command(run: Mapping[str, Any]) -> str | None:
     if isinstance(args, list):
         return "faulthunt stress " + " ".join(shlex.quote(a) for a in redact_argv(args))
     return None
+
+
+#: timeouts a run took from its environment (options.suite_timeout's sources)
+_ENV_TIMEOUTS = ("PYTEST_TIMEOUT", "PYTEST_ADDOPTS")
+
+
+def _rerunnable(parts: list[str], timeout: Any) -> list[str]:
+    """A stress command as one pastes it again: without ``--run-dir`` (that directory holds
+    this run, and stress refuses to mix a new one into it: a new run gets its own), and with
+    ``--timeout S`` when the run's timeout came from its environment."""
+    if "stress" not in parts[:3]:
+        return parts
+    end = parts.index("--") if "--" in parts else len(parts)
+    out: list[str] = []
+    skip = False
+    for i, part in enumerate(parts):
+        if skip:
+            skip = False
+        elif i < end and part == "--run-dir":
+            skip = True
+        elif not (i < end and part.startswith("--run-dir=")):
+            out.append(part)
+    if (isinstance(timeout, Mapping) and timeout.get("from") in _ENV_TIMEOUTS
+            and isinstance(timeout.get("seconds"), (int, float))
+            and not any(p == "--timeout" or p.startswith("--timeout=") for p in parts[:end])):
+        at = out.index("stress") + 1
+        out[at:at] = ["--timeout", f"{timeout['seconds']:g}"]
+    return out
 
 
 def _simulated(run: Mapping[str, Any]) -> str | None:
@@ -732,7 +761,7 @@ def model_from_parts(*, run_id: str, run: Mapping[str, Any], identity: Mapping[s
     ts = [s[k] for lane in lanes for s in lane.spans for k in ("t0", "t1") if isinstance(s.get(k), (int, float))]
     ts += [m["t"] for lane in lanes for m in lane.markers if isinstance(m.get("t"), (int, float))]
     return ReportModel(
-        run_id=run_id, reproduce=_reproduce(run), headline=headline,
+        run_id=run_id, reproduce=_reproduce(run, summary.get("timeout")), headline=headline,
         rate={"failures": nfail, "runs": runs, "ci95": ci95(nfail, runs) if runs else [0.0, 1.0], "text": rate_text,
               "outcomes": dict(sorted(outcomes.items(), key=_outcome_order))},
         failures=tuple(failures),

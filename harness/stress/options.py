@@ -75,7 +75,8 @@ class Timeout(msgspec.Struct, frozen=True):
     def text(self) -> str:
         if self.seconds is None:
             why = "--timeout 0" if self.source == "off" else f"{self._where()} sets 0"
-            return f"no per-test timeout ({why}): a hanging test is not reported"
+            return (f"no per-test timeout ({why}): a hanging test is not reported, unless a "
+                    "timeout mark of its own sets one")
         return f"per-test timeout {self.seconds:g} s ({self._where()}; --timeout 0 turns it off)"
 
     def _where(self) -> str:
@@ -88,7 +89,7 @@ class Timeout(msgspec.Struct, frozen=True):
         if self.source == ARGS_SOURCE:
             return "--timeout among pytest's arguments"
         if self.source == "-o timeout":
-            return "-o timeout among pytest's options"
+            return "-o timeout among pytest's arguments"
         return f"the suite's {self.source}"  # pytest.ini, pyproject.toml addopts, ...
 
 
@@ -314,7 +315,12 @@ def check(opts: StressOptions, warn: Callable[[str], None]) -> Plan:
     notes = list(check_gpus(opts.gpus))
     check_targets(opts.pytest_args, cwd)
     env = {**os.environ, **(opts.env or {})}
-    suite = suite_timeout(cwd, opts.pytest_args, env)
+    try:
+        suite = suite_timeout(cwd, opts.pytest_args, env)
+    except UsageError:
+        if opts.timeout is None:
+            raise
+        suite = None  # faulthunt's own --timeout wins over the suite's unusable one
     if opts.timeout is not None and suite is not None and suite[0] == ARGS_SOURCE:
         raise UsageError(f"two per-test timeouts: --timeout {opts.timeout:g} and --timeout "
                          f"{suite[1]:g} among pytest's arguments (pytest would take the second)",
@@ -495,8 +501,8 @@ def suite_timeout(cwd: Path, pytest_args: Sequence[str] = (),
     ``addopts`` (pytest puts the three on one command line in the reverse order: the first found
     here is the one in force), then the environment's PYTEST_TIMEOUT, then the ``timeout``
     setting (``-o timeout=S`` there, else the file's). The file is the one pytest takes
-    (:func:`pytest_config`). None when none is set, or the value in force is not a number
-    (pytest-timeout says so; faulthunt's default then stands in for it)."""
+    (:func:`pytest_config`). None when none is set; UsageError when the value in force is not a
+    number of seconds (pytest-timeout would stop the run on it)."""
     env = os.environ if env is None else env
     addopts = env.get("PYTEST_ADDOPTS", "")
     config = pytest_config(cwd, pytest_args, addopts)
@@ -515,7 +521,11 @@ def suite_timeout(cwd: Path, pytest_args: Sequence[str] = (),
         try:
             return where, float(value)
         except ValueError:
-            return None
+            text = Timeout(1.0, where)._where()
+            raise UsageError(f"{text} sets the per-test timeout to {str(value)!r}, which is not "
+                             "a number of seconds (pytest-timeout would stop the run on it)",
+                             fix="set seconds there, or give faulthunt's --timeout S, which "
+                                 "wins") from None
     return None
 
 
