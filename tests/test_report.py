@@ -249,6 +249,8 @@ def test_reproduce_command_pastes_as_a_new_run() -> None:
     assert _reproduce(run) == "faulthunt stress -n 1 t.py -- --run-dir kept"
     env = {"seconds": 2.0, "from": "PYTEST_TIMEOUT"}
     assert _reproduce(run, env) == "faulthunt stress --timeout 2 -n 1 t.py -- --run-dir kept"
+    off = {"seconds": None, "from": "PYTEST_TIMEOUT"}  # PYTEST_TIMEOUT=0: no timeout
+    assert _reproduce(run, off) == "faulthunt stress --timeout 0 -n 1 t.py -- --run-dir kept"
     suite = {"seconds": 2.0, "from": "pytest.ini"}  # the file travels with the suite
     assert _reproduce(run, suite) == "faulthunt stress -n 1 t.py -- --run-dir kept"
     own = {"argv": ["faulthunt", "stress", "--timeout=5", "t.py"]}

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 from faulthunt.errors import UsageError
@@ -394,6 +396,8 @@ def test_suite_timeout_from_the_file_pytest_takes(tmp_path):
     assert suite_timeout(tmp_path, (), {}) is None
     (tmp_path / "pyproject.toml").write_text("not toml [\n")  # pytest will say what is wrong
     assert suite_timeout(tmp_path, (), {}) is None
+    (tmp_path / "pyproject.toml").write_text("tool = 1\npytest = 'x'\n")  # odd shapes: no config
+    assert suite_timeout(tmp_path, (), {}) is None
 
 
 def test_timeout_text_says_where_it_came_from():
@@ -590,3 +594,22 @@ def test_cli_keeps_pytest_option_values_with_their_option(argv, pytest_args):
     args, extra = build_parser().parse_known_args(["stress", *argv])
     args.extra = extra
     assert options(args).pytest_args == pytest_args
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(["pytest.toml", "pyproject.toml", "pytest.ini", "tox.ini", "setup.cfg"]),
+       text=st.text(st.characters(codec="utf-8"), max_size=200) | st.builds(
+           lambda key, value: f"[{key}]\ntimeout = {value}\naddopts = --timeout {value}\n",
+           st.sampled_from(["pytest", "tool.pytest", "tool.pytest.ini_options", "tool:pytest"]),
+           st.text(max_size=12)),
+       addopts=st.text(max_size=40))
+def test_suite_timeout_on_any_config_text(tmp_path, name, text, addopts):
+    """Whatever a configuration file or PYTEST_ADDOPTS holds: a timeout, none, or a UsageError
+    that says which setting is not a number; never another exception."""
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    try:
+        got = suite_timeout(tmp_path, (), {"PYTEST_ADDOPTS": addopts})
+    except UsageError as exc:
+        assert "not a number of seconds" in exc.message
+    else:
+        assert got is None or (isinstance(got[0], str) and isinstance(got[1], float))

@@ -317,10 +317,10 @@ def _rerunnable(parts: list[str], timeout: Any) -> list[str]:
         elif not (i < end and part.startswith("--run-dir=")):
             out.append(part)
     if (isinstance(timeout, Mapping) and timeout.get("from") in _ENV_TIMEOUTS
-            and isinstance(timeout.get("seconds"), (int, float))
+            and isinstance(timeout.get("seconds") or 0, (int, float))
             and not any(p == "--timeout" or p.startswith("--timeout=") for p in parts[:end])):
         at = out.index("stress") + 1
-        out[at:at] = ["--timeout", f"{timeout['seconds']:g}"]
+        out[at:at] = ["--timeout", f"{timeout.get('seconds') or 0:g}"]  # None: it was 0, off
     return out
 
 

@@ -635,7 +635,8 @@ def _pytest_settings(path: Path, kind: str) -> dict[str, Any] | None:
         document = _toml(path)
         if document is None:
             return None
-        tool = document.get("tool", {}).get("pytest", {})
+        tools = document.get("tool")
+        tool = tools.get("pytest", {}) if isinstance(tools, dict) else {}
         native = {k: v for k, v in tool.items() if k != "ini_options"} if isinstance(tool, dict) else {}
         ini_options = tool.get("ini_options") if isinstance(tool, dict) else None
         own = document.get("pytest")
