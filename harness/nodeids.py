@@ -155,5 +155,8 @@ def not_found_text(missing: Sequence[str], collected: Iterable[str] = (), note: 
         if missing else []
     if close:
         text += f" (closest: {', '.join(close)})"
+    import shlex
+
+    where = shlex.quote(missing[0].split("::", 1)[0]) if missing else "FILE"
     return (text + note + "; fix: name tests by the ids pytest lists (python -m pytest --collect-only "
-            "-q FILE), with their parameters as they are written there")
+            f"-q {where}), with their parameters as they are written there")

@@ -182,3 +182,12 @@ def test_a_named_test_left_out_by_k_is_not_called_missing(pytester: pytest.Pytes
                                            *pytest_selection(["test_m.py::test_odd[a b]"]))
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     assert "matches no collected test" not in result.stderr.str()
+
+
+def test_not_found_fix_names_the_file_of_the_id():
+    from faulthunt.nodeids import not_found_text
+
+    text = not_found_text(["my dir/t.py::test_p[x/z]"], ["my dir/t.py::test_p[x/y]"])
+    assert text.endswith("(python -m pytest --collect-only -q 'my dir/t.py'), with their "
+                         "parameters as they are written there")
+    assert "(closest: my dir/t.py::test_p[x/y])" in text

@@ -367,14 +367,34 @@ def test_suite_timeout_precedence_as_pytest_timeout_reads_it(tmp_path):
     # after pytest's own "--" a word is a test path, not an option
     assert suite_timeout(tmp_path, ("--", "--timeout", "2"), {}) == ("pytest.ini", 5.0)
     with pytest.raises(UsageError, match="--timeout among pytest's arguments sets the per-test "
-                       "timeout to 'x', which is not a number of seconds") as info:
+                       "timeout to 'x', which is not a finite number of seconds") as info:
         suite_timeout(tmp_path, ("--timeout", "x"), {})
-    assert "--timeout S" in str(info.value.fix)
+    assert str(info.value.fix) == "set seconds there"  # pytest's parser stops on it: ours cannot win
     (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = abc\n")
-    with pytest.raises(UsageError, match=r"the suite's pytest\.ini sets the per-test timeout to 'abc'"):
+    with pytest.raises(UsageError, match=r"the suite's pytest\.ini sets the per-test timeout to 'abc'") as info:
         check(StressOptions(cwd=tmp_path, xid_source="none"), warn=lambda _msg: None)
+    assert "--timeout S" in str(info.value.fix)
     plan = check(StressOptions(cwd=tmp_path, xid_source="none", timeout=9), warn=lambda _m: None)
     assert (plan.timeout.seconds, plan.timeout.source) == (9.0, "--timeout")  # ours wins
+    # an option's value stops pytest whatever follows: refused with faulthunt's --timeout too
+    with pytest.raises(UsageError, match="the environment's PYTEST_ADDOPTS sets the per-test"):
+        check(StressOptions(cwd=tmp_path, xid_source="none", timeout=9,
+                            env={"PYTEST_ADDOPTS": "--timeout=abc"}), warn=lambda _m: None)
+
+
+@pytest.mark.parametrize("value", ["[1]", "{a = 1}", "true", "inf", "nan", '"1e400"'])
+def test_suite_timeout_that_is_no_finite_number_is_refused(tmp_path, value):
+    """A TOML list, table or boolean raised a TypeError or read as 1 s; infinity wrote
+    ``Infinity`` into summary.json, which strict JSON readers refuse."""
+    (tmp_path / "pytest.toml").write_text(f"[pytest]\ntimeout = {value}\n")
+    with pytest.raises(UsageError, match=r"the suite's pytest\.toml sets the per-test timeout to"):
+        suite_timeout(tmp_path, (), {})
+
+
+def test_suite_timeout_below_zero_turns_it_off(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = -5\n")
+    t = resolve_timeout(None, suite_timeout(tmp_path, (), {}))
+    assert t.seconds is None and "the suite's pytest.ini turns it off" in t.text()
 
 
 def test_suite_timeout_from_the_file_pytest_takes(tmp_path):
@@ -404,7 +424,7 @@ def test_timeout_text_says_where_it_came_from():
     assert "the environment's PYTEST_TIMEOUT" in Timeout(9.0, "PYTEST_TIMEOUT").text()
     assert "the suite's pytest.ini addopts" in Timeout(4.0, "pytest.ini addopts").text()
     assert "--timeout among pytest's arguments" in Timeout(2.0, "pytest arguments").text()
-    assert "the suite's tox.ini sets 0" in Timeout(None, "tox.ini").text()
+    assert "the suite's tox.ini turns it off" in Timeout(None, "tox.ini").text()
     assert "(--timeout 0)" in Timeout(None, "off").text()
     assert "unless a timeout mark of its own sets one" in Timeout(None, "off").text()
 
@@ -610,6 +630,6 @@ def test_suite_timeout_on_any_config_text(tmp_path, name, text, addopts):
     try:
         got = suite_timeout(tmp_path, (), {"PYTEST_ADDOPTS": addopts})
     except UsageError as exc:
-        assert "not a number of seconds" in exc.message
+        assert "not a finite number of seconds" in exc.message
     else:
         assert got is None or (isinstance(got[0], str) and isinstance(got[1], float))

@@ -186,7 +186,8 @@ def test_collection_errors_are_failures_of_the_run(tmp_path):
 @pytest.mark.parametrize(("args", "words"), [
     (["--xid-source", "bogus"], "unknown kernel-log source 'bogus'"),
     (["--ledger", "bogus"], "--ledger 'bogus' is not a ledger mode"),
-    (["--timeout", "-1"], "--timeout must be >= 0"),
+    (["--timeout", "-1"], "--timeout must be a finite number >= 0 of seconds, not -1"),
+    (["--timeout", "nan"], "--timeout must be a finite number >= 0 of seconds, not nan"),
     (["nope.py"], "test path 'nope.py' does not exist"),
     (["--xid-source", "file:/no/such/kern.log"], "cannot read /no/such/kern.log"),
 ])

@@ -125,3 +125,14 @@ def test_ids_under_xdist_hint_only_for_positional_ids():
     assert "a.py" in _ids_under_xdist(StressOptions(workers=2, pytest_args=("--", "a.py::t")))
     assert "-q 'my dir/a.py'" in _ids_under_xdist(
         StressOptions(workers="auto", pytest_args=("my dir/a.py::t",)))
+
+
+def test_an_id_pytest_did_not_find_gets_how_to_list_the_ids(tmp_path):
+    """Without xdist pytest says `not found: <id>`; the line adds how to list the ids."""
+    _write(tmp_path / "test_ok.py", "def test_a(): pass\n")
+    proc = _stress(["-n", "0", "test_ok.py::test_typo"], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    reason = _summary(tmp_path)["no_tests_reason"]
+    assert reason.startswith("pytest: not found: ") and reason.endswith(
+        "test_ok.py::test_typo (fix: list the ids with python -m pytest --collect-only -q "
+        "test_ok.py)"), reason

@@ -572,19 +572,22 @@ def next_steps(summary: Mapping[str, Any], xids: Sequence[Mapping[str, Any]],
         kinds = {o.get("outcome") for o in sanitizer.get("outcomes") or [] if isinstance(o, Mapping)}
         if "not_reproduced" in kinds and "reproduced_silent" not in kinds:
             steps.append("The failure did not come back under compute-sanitizer: rerun it more often "
-                         "(`faulthunt sanitize --until-found -n 4`) or after the tests that ran before it "
-                         "(`--with-predecessors`).")
+                         f"(`faulthunt sanitize --run {shlex.quote(run)} --until-found -n 4`) or after "
+                         "the tests that ran before it (`--with-predecessors`).")
         else:
-            steps.append("memcheck found nothing: try `faulthunt sanitize --tool racecheck` / `synccheck` / "
-                         "`initcheck`, or `faulthunt isolate NODEID` if it fails only after other tests.")
+            steps.append(f"memcheck found nothing: try `faulthunt sanitize --run {shlex.quote(run)} --tool "
+                         "racecheck` / `synccheck` / `initcheck`, or `faulthunt isolate --run "
+                         f"{shlex.quote(run)} NODEID` if it fails only after other tests.")
     hung = [f for f in failures if f.get("outcome") == "hung"]
     if hung:
         steps.append("A test hung: the stacks above show where; a kernel spinning on a flag or a "
-                     "deadlocked stream sync is typical; `faulthunt stage` makes a kit to attach a debugger.")
+                     "deadlocked stream sync is typical; "
+                     f"`faulthunt stage --run {shlex.quote(run)}` makes a kit to attach a debugger.")
     few = [t for t in summary.get("by_test") or [] if t.get("failures") and t.get("runs", 0) and
            t["failures"] / t["runs"] < 1]
     if few and not steps:
-        steps.append("The failure is flaky: `faulthunt isolate NODEID` checks whether it needs a "
+        steps.append(f"The failure is flaky: `faulthunt isolate --run {shlex.quote(run)} NODEID` checks "
+                     "whether it needs a "
                      "predecessor test; `faulthunt bisect` finds the commit that made it start.")
     if summary.get("stopped_by"):
         steps.append(f"The run was {_stopped_text(summary, ids=False)}: its counts cover only the runs that "

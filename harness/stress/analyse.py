@@ -229,6 +229,8 @@ def _no_tests_reason(got: Collected) -> str:
     asked = selection_text(got.plan.opts)
     if got.pytest_status == 5 and asked:
         said += f" (with {asked})" + _ids_under_xdist(got.plan.opts)
+    elif got.pytest_status == 4 and said.startswith("pytest: not found: "):
+        said += _list_ids_fix(got.plan.opts)  # pytest alone names the id, not how to find one
     elif got.pytest_status == 4 and "unrecognized arguments" in said and "--timeout-method" in said:
         # an option every stress command passes (options.timeout_argv) that pytest-timeout
         # adds: the plugins were not loaded, not a typo of the user's
@@ -245,6 +247,14 @@ def _ids_under_xdist(opts: StressOptions) -> str:
     return ("; under xdist pytest does not say that an id names no test (fix: list the ids with "
             f"python -m pytest --collect-only -q {shlex.quote(ids[0].split('::', 1)[0])}, or run "
             "with -n 0, where pytest names the one it did not find)")
+
+
+def _list_ids_fix(opts: StressOptions) -> str:
+    ids = positional_ids(opts.pytest_args)
+    if not ids:
+        return ""
+    return (" (fix: list the ids with python -m pytest --collect-only -q "
+            f"{shlex.quote(ids[0].split('::', 1)[0])})")
 
 
 def _unloaded_plugins(argv: Sequence[str]) -> str:

@@ -7,6 +7,7 @@ happens. :func:`build_pytest_argv` and :func:`build_env` are pure.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import sys
@@ -74,7 +75,7 @@ class Timeout(msgspec.Struct, frozen=True):
 
     def text(self) -> str:
         if self.seconds is None:
-            why = "--timeout 0" if self.source == "off" else f"{self._where()} sets 0"
+            why = "--timeout 0" if self.source == "off" else f"{self._where()} turns it off"
             return (f"no per-test timeout ({why}): a hanging test is not reported, unless a "
                     "timeout mark of its own sets one")
         return f"per-test timeout {self.seconds:g} s ({self._where()}; --timeout 0 turns it off)"
@@ -298,8 +299,8 @@ def check(opts: StressOptions, warn: Callable[[str], None]) -> Plan:
     cwd = (opts.cwd or Path.cwd()).resolve()
     if opts.count < 1:
         raise UsageError(f"--count must be >= 1, not {opts.count}")
-    if opts.timeout is not None and opts.timeout < 0:
-        raise UsageError(f"--timeout must be >= 0 seconds, not {opts.timeout:g}",
+    if opts.timeout is not None and not (0 <= opts.timeout < math.inf):
+        raise UsageError(f"--timeout must be a finite number >= 0 of seconds, not {opts.timeout:g}",
                          fix="--timeout 0 turns the per-test timeout off")
     if opts.maxfail is not None and opts.maxfail < 1:
         raise UsageError(f"--maxfail must be >= 1, not {opts.maxfail}", fix="drop --maxfail "
@@ -317,10 +318,10 @@ def check(opts: StressOptions, warn: Callable[[str], None]) -> Plan:
     env = {**os.environ, **(opts.env or {})}
     try:
         suite = suite_timeout(cwd, opts.pytest_args, env)
-    except UsageError:
-        if opts.timeout is None:
+    except SuiteTimeoutError as exc:
+        if opts.timeout is None or not exc.overridable:
             raise
-        suite = None  # faulthunt's own --timeout wins over the suite's unusable one
+        suite = None  # faulthunt's own --timeout wins over the suite's unusable setting
     if opts.timeout is not None and suite is not None and suite[0] == ARGS_SOURCE:
         raise UsageError(f"two per-test timeouts: --timeout {opts.timeout:g} and --timeout "
                          f"{suite[1]:g} among pytest's arguments (pytest would take the second)",
@@ -494,6 +495,22 @@ def check_targets(args: Sequence[str], cwd: Path) -> None:
 ARGS_SOURCE = "pytest arguments"
 
 
+class SuiteTimeoutError(UsageError):
+    """The suite's own timeout is not a finite number of seconds. ``overridable``: faulthunt's
+    ``--timeout S`` wins over it (a setting pytest-timeout reads only when no option is given);
+    not so for an option's value, on which pytest's own argument parsing stops."""
+
+    def __init__(self, where: str, value: Any) -> None:
+        self.overridable = not (where in (ARGS_SOURCE, "PYTEST_ADDOPTS")
+                                or where.endswith(" addopts"))
+        who = "pytest-timeout" if self.overridable else "pytest"
+        super().__init__(f"{Timeout(1.0, where)._where()} sets the per-test timeout to "
+                         f"{str(value)!r}, which is not a finite number of seconds ({who} would "
+                         "stop the run on it)",
+                         fix="set seconds there" + (", or give faulthunt's --timeout S, which "
+                                                    "wins" if self.overridable else ""))
+
+
 def suite_timeout(cwd: Path, pytest_args: Sequence[str] = (),
                   env: Mapping[str, str] | None = None) -> tuple[str, float] | None:
     """The per-test timeout the suite sets itself, as pytest-timeout will read it, and where:
@@ -518,15 +535,23 @@ def suite_timeout(cwd: Path, pytest_args: Sequence[str] = (),
     for where, value in candidates:
         if value is None or str(value).strip() == "":
             continue
-        try:
-            return where, float(value)
-        except ValueError:
-            text = Timeout(1.0, where)._where()
-            raise UsageError(f"{text} sets the per-test timeout to {str(value)!r}, which is not "
-                             "a number of seconds (pytest-timeout would stop the run on it)",
-                             fix="set seconds there, or give faulthunt's --timeout S, which "
-                                 "wins") from None
+        seconds = _seconds(value)
+        if seconds is None:
+            raise SuiteTimeoutError(where, value)
+        return where, seconds
     return None
+
+
+def _seconds(value: Any) -> float | None:
+    """A timeout value as pytest-timeout takes it (a number or its text), None when it is none:
+    not a number, true/false, a list or table of a TOML file, infinite or NaN."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def _split(text: str) -> list[str]:
