@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:  # before reading anything: 0 would report "did not reproduce" unrun
         raise UsageError(f"--repeats must be at least 1, not {args.repeats}: with {args.repeats} "
                          "no probe runs", fix="pass --repeats 3 (the default) or more for a rare failure")
-    if args.timeout is not None and args.timeout < 0:
-        raise UsageError(f"--timeout must be >= 0 seconds, not {args.timeout:g}",
+    if args.timeout is not None and not 0 <= args.timeout < float("inf"):  # nan too
+        raise UsageError(f"--timeout must be a finite number >= 0 of seconds, not {args.timeout:g}",
                          fix="--timeout 0 turns the per-test timeout off")
     run = RunDir(resolve_run_dir(args.run))
     replay = replay_plan(run, args.nodeid)

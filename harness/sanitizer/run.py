@@ -120,8 +120,9 @@ class SanitizeOptions:
         if self.budget is not None and self.budget <= 0:
             raise UsageError(f"--budget {self.budget:g}: no time to run anything",
                              fix="give a positive budget such as 10m, or none for no limit")
-        if self.timeout <= 0:
-            raise UsageError(f"--timeout {self.timeout:g}: must be positive", fix="give seconds per run, e.g. 600")
+        if not 0 < self.timeout < float("inf"):  # nan too
+            raise UsageError(f"--timeout {self.timeout:g}: must be a finite positive number of seconds",
+                             fix="give seconds per run, e.g. 600")
         if self.ids not in ID_MODES:
             raise UsageError(f"--ids {self.ids!r}", fix="use auto, exact or base")
         if self.until_found and self.keep_going:
