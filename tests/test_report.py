@@ -260,3 +260,15 @@ def test_reproduce_command_pastes_as_a_new_run() -> None:
     assert _reproduce(own, {"seconds": 5.0, "from": "PYTEST_ADDOPTS"}) == (
         "faulthunt stress --timeout=5 t.py")
     assert _reproduce({"argv": ["faulthunt", "demo", "--run-dir", "d"]}) == "faulthunt demo --run-dir d"
+
+
+def test_report_takes_the_run_as_its_argument(capsys: pytest.CaptureFixture[str]) -> None:
+    """`faulthunt report RUN`, as one types it after stress printed "run directory: RUN"
+    (it was refused: unrecognized arguments); naming two runs is refused with the fix."""
+    from faulthunt.cli import main
+
+    assert main(["report", str(SAMPLE)]) == 0
+    assert capsys.readouterr().out == render(build_model(SAMPLE), "md")
+    assert main(["report", "--run", str(SAMPLE), str(SAMPLE)]) == 2
+    err = capsys.readouterr().err
+    assert "two runs named" in err and "fix: name one run" in err

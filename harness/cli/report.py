@@ -13,6 +13,9 @@ HELP = "write the issue-ready report of a run: Markdown, JSON, or HTML with a ti
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", help="run directory or id (default: the latest run)")
+    # `faulthunt report RUN` is what one types after stress printed "run directory: RUN"
+    parser.add_argument("run_positional", nargs="?", metavar="RUN",
+                        help="the same as --run RUN")
     parser.add_argument("--format", choices=("md", "json", "html", "all"), default="md",
                         help="md (default), json, html, or all three into the run directory")
     parser.add_argument("-o", "--output", type=Path,
@@ -31,7 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from faulthunt.report import FORMATS, build_model, render, write_reports
     from faulthunt.rundir import resolve_run_dir, write_text_atomic
 
-    run_dir = resolve_run_dir(args.run)
+    if args.run_positional is not None and args.run is not None:
+        raise UsageError(f"two runs named: --run {args.run} and {args.run_positional}",
+                         fix="name one run; faulthunt merge combines runs into one first")
+    run_dir = resolve_run_dir(args.run if args.run is not None else args.run_positional)
     out = args.output
     if args.format == "all":
         if out is None:
