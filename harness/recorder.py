@@ -305,7 +305,10 @@ class WorkerRecorder:
         try:
             from faulthunt import ledger
 
-            ledger.install(self.run_dir / LEDGER_DIR, mode)
+            # what the ledger can record here is the same in every worker of the run: said by
+            # the first one (a worker's ledger file, where it has one, keeps it among its
+            # notes); at -n 8 the output held eight copies, and one more per restarted worker
+            ledger.install(self.run_dir / LEDGER_DIR, mode, quiet=self.worker not in ("main", "gw0"))
         except Exception as exc:  # noqa: BLE001 - a broken ledger must not take the test run down
             _warn(f"ledger install failed ({type(exc).__name__}: {exc}); continuing without it")
 
