@@ -155,8 +155,13 @@ def not_found_text(missing: Sequence[str], collected: Iterable[str] = (), note: 
         if missing else []
     if close:
         text += f" (closest: {', '.join(close)})"
+    listing = list_ids_command(missing[0]) if missing else "python -m pytest --collect-only -q FILE"
+    return (text + note + f"; fix: name tests by the ids pytest lists ({listing}), with their "
+            "parameters as they are written there")
+
+
+def list_ids_command(nodeid: str) -> str:
+    """The command that lists the ids pytest collects from ``nodeid``'s file, for the shell."""
     import shlex
 
-    where = shlex.quote(missing[0].split("::", 1)[0]) if missing else "FILE"
-    return (text + note + "; fix: name tests by the ids pytest lists (python -m pytest --collect-only "
-            f"-q {where}), with their parameters as they are written there")
+    return f"python -m pytest --collect-only -q {shlex.quote(nodeid.split('::', 1)[0])}"

@@ -24,6 +24,7 @@ from faulthunt.records.codec import convert
 from faulthunt.records.documents import XidLine
 from faulthunt.records.events import Crash, RestartLimit
 from faulthunt.records.run import TestSpan
+from faulthunt.nodeids import list_ids_command
 from faulthunt.redact import redact_argv, redact_text
 from faulthunt.rundir import (DiskFullError, Layout, RunDir, dumps, write_json_atomic,
                               write_run_info, write_text_atomic)
@@ -241,20 +242,22 @@ def _no_tests_reason(got: Collected) -> str:
 def _ids_under_xdist(opts: StressOptions) -> str:
     """The fix for a run under xdist that named node ids and ran nothing: xdist's workers drop
     an id that names no test without a word (pytest alone says ``not found``)."""
-    ids = positional_ids(opts.pytest_args)
-    if not ids or worker_count(opts) in (0, "0"):
+    listing = _listing(opts)
+    if not listing or worker_count(opts) in (0, "0"):
         return ""
-    return ("; under xdist pytest does not say that an id names no test (fix: list the ids with "
-            f"python -m pytest --collect-only -q {shlex.quote(ids[0].split('::', 1)[0])}, or run "
-            "with -n 0, where pytest names the one it did not find)")
+    return (f"; under xdist pytest does not say that an id names no test (fix: list the ids with "
+            f"{listing}, or run with -n 0, where pytest names the one it did not find)")
 
 
 def _list_ids_fix(opts: StressOptions) -> str:
+    listing = _listing(opts)
+    return f" (fix: list the ids with {listing})" if listing else ""
+
+
+def _listing(opts: StressOptions) -> str | None:
+    """The command that lists the ids of the first test file the run named by node id."""
     ids = positional_ids(opts.pytest_args)
-    if not ids:
-        return ""
-    return (" (fix: list the ids with python -m pytest --collect-only -q "
-            f"{shlex.quote(ids[0].split('::', 1)[0])})")
+    return list_ids_command(ids[0]) if ids else None
 
 
 def _unloaded_plugins(argv: Sequence[str]) -> str:

@@ -75,23 +75,26 @@ class Timeout(msgspec.Struct, frozen=True):
 
     def text(self) -> str:
         if self.seconds is None:
-            why = "--timeout 0" if self.source == "off" else f"{self._where()} turns it off"
+            why = "--timeout 0" if self.source == "off" else f"{where_text(self.source)} turns it off"
             return (f"no per-test timeout ({why}): a hanging test is not reported, unless a "
                     "timeout mark of its own sets one")
-        return f"per-test timeout {self.seconds:g} s ({self._where()}; --timeout 0 turns it off)"
+        return (f"per-test timeout {self.seconds:g} s ({where_text(self.source)}; --timeout 0 "
+                "turns it off)")
 
-    def _where(self) -> str:
-        if self.source in ("--timeout", "off"):
-            return "--timeout"
-        if self.source == "default":
-            return "faulthunt's default"
-        if self.source.startswith("PYTEST_"):  # PYTEST_TIMEOUT, PYTEST_ADDOPTS
-            return f"the environment's {self.source}"
-        if self.source == ARGS_SOURCE:
-            return "--timeout among pytest's arguments"
-        if self.source == "-o timeout":
-            return "-o timeout among pytest's arguments"
-        return f"the suite's {self.source}"  # pytest.ini, pyproject.toml addopts, ...
+
+def where_text(source: str) -> str:
+    """Where a timeout came from (:attr:`Timeout.source`), as a sentence says it."""
+    if source in ("--timeout", "off"):
+        return "--timeout"
+    if source == "default":
+        return "faulthunt's default"
+    if source.startswith("PYTEST_"):  # PYTEST_TIMEOUT, PYTEST_ADDOPTS
+        return f"the environment's {source}"
+    if source == ARGS_SOURCE:
+        return "--timeout among pytest's arguments"
+    if source == "-o timeout":
+        return "-o timeout among pytest's arguments"
+    return f"the suite's {source}"  # pytest.ini, pyproject.toml addopts, ...
 
 
 class Plan(msgspec.Struct, frozen=True):
@@ -374,24 +377,10 @@ def _config_files(cwd: Path, pytest_args: Sequence[str], addopts: str = "") -> l
     the arguments or in ``addopts`` (PYTEST_ADDOPTS), and each configuration file in ``cwd``,
     in the directory of each test path given, and in their parents (pytest looks from the
     paths' common ancestor up)."""
-    try:
-        args = [*pytest_args, *shlex.split(addopts)]
-    except ValueError:  # unbalanced quotes: pytest will say so
-        args = [*pytest_args, *addopts.split()]
-    named = [value for flag, value in zip(args, args[1:], strict=False)
-             if flag in ("-c", "--config-file")]
-    named += [arg.split("=", 1)[1] for arg in args if arg.startswith("--config-file=")]
-    named += [arg[2:] for arg in args if arg.startswith("-c") and len(arg) > 2]
-    found = [cwd / path for path in named]
-    starts = [cwd] + [cwd / arg.split("::", 1)[0] for arg in pytest_args
-                      if arg and not arg.startswith("-")]
+    found = [cwd / path for path in _config_options([*pytest_args, *_split(addopts)])]
     seen: set[Path] = set()
-    for start in starts:
-        try:
-            start = start.resolve()
-            first = start if start.is_dir() else start.parent
-        except (OSError, ValueError):  # too long a name, a NUL byte: no path pytest could read
-            continue
+    for start in [cwd.resolve(), *_arg_paths(cwd, pytest_args)]:
+        first = start if _is_dir(start) else start.parent
         for directory in (first, *first.parents):
             if directory in seen:
                 break  # this one and its parents are looked at already
@@ -500,11 +489,10 @@ class SuiteTimeoutError(UsageError):
     ``--timeout S`` wins over it (a setting pytest-timeout reads only when no option is given);
     not so for an option's value, on which pytest's own argument parsing stops."""
 
-    def __init__(self, where: str, value: Any) -> None:
-        self.overridable = not (where in (ARGS_SOURCE, "PYTEST_ADDOPTS")
-                                or where.endswith(" addopts"))
-        who = "pytest-timeout" if self.overridable else "pytest"
-        super().__init__(f"{Timeout(1.0, where)._where()} sets the per-test timeout to "
+    def __init__(self, where: str, value: Any, *, overridable: bool) -> None:
+        self.overridable = overridable
+        who = "pytest-timeout" if overridable else "pytest"
+        super().__init__(f"{where_text(where)} sets the per-test timeout to "
                          f"{str(value)!r}, which is not a finite number of seconds ({who} would "
                          "stop the run on it)",
                          fix="set seconds there" + (", or give faulthunt's --timeout S, which "
@@ -524,20 +512,21 @@ def suite_timeout(cwd: Path, pytest_args: Sequence[str] = (),
     addopts = env.get("PYTEST_ADDOPTS", "")
     config = pytest_config(cwd, pytest_args, addopts)
     name, settings = config if config is not None else ("", {})
-    candidates: list[tuple[str, Any]] = [
-        (ARGS_SOURCE, _timeout_option(pytest_args)),
-        ("PYTEST_ADDOPTS", _timeout_option(_split(addopts))),
-        (f"{name} addopts", _timeout_option(_option_list(settings.get("addopts")))),
-        ("PYTEST_TIMEOUT", env.get("PYTEST_TIMEOUT")),
-        ("-o timeout", _ini_override([*_option_list(settings.get("addopts")), *_split(addopts),
-                                      *pytest_args], "timeout")),
-        (name, settings.get("timeout"))]
-    for where, value in candidates:
+    file_opts, env_opts = _option_list(settings.get("addopts")), _split(addopts)
+    # (where, value, given as an option: pytest's own parser stops on a bad one)
+    candidates: list[tuple[str, Any, bool]] = [
+        (ARGS_SOURCE, _last(_option_values(_before_dashes(pytest_args), "--timeout")), True),
+        ("PYTEST_ADDOPTS", _last(_option_values(_before_dashes(env_opts), "--timeout")), True),
+        (f"{name} addopts", _last(_option_values(_before_dashes(file_opts), "--timeout")), True),
+        ("PYTEST_TIMEOUT", env.get("PYTEST_TIMEOUT"), False),
+        ("-o timeout", _ini_override([*file_opts, *env_opts, *pytest_args], "timeout"), False),
+        (name, settings.get("timeout"), False)]
+    for where, value, option in candidates:
         if value is None or str(value).strip() == "":
             continue
         seconds = _seconds(value)
         if seconds is None:
-            raise SuiteTimeoutError(where, value)
+            raise SuiteTimeoutError(where, value, overridable=not option)
         return where, seconds
     return None
 
@@ -571,37 +560,40 @@ def _option_list(value: Any) -> list[str]:
     return []
 
 
-def _timeout_option(args: Sequence[str]) -> str | None:
-    """The value of the last ``--timeout`` in ``args`` (``--timeout S`` or ``--timeout=S``;
-    pytest takes no abbreviation), before any ``--``; None when there is none."""
-    value = None
+def _option_values(args: Sequence[str], *flags: str) -> list[str]:
+    """The values ``args`` gives any of ``flags``, in order: ``FLAG V``, ``--flag=V``, and for a
+    one-letter flag ``-fV`` (pytest takes no abbreviation of a long one)."""
+    values = []
     for i, arg in enumerate(args):
-        if arg == "--":
-            break
-        if arg == "--timeout" and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith("--timeout="):
-            value = arg.split("=", 1)[1]
-    return value
+        for flag in flags:
+            if arg == flag and i + 1 < len(args):
+                values.append(args[i + 1])
+            elif flag.startswith("--") and arg.startswith(flag + "="):
+                values.append(arg[len(flag) + 1:])
+            elif len(flag) == 2 and arg.startswith(flag) and len(arg) > 2:
+                values.append(arg[2:])
+    return values
+
+
+def _before_dashes(args: Sequence[str]) -> Sequence[str]:
+    """``args`` up to a literal ``--`` (after it pytest reads every word as a test path)."""
+    return args[:list(args).index("--")] if "--" in args else args
+
+
+def _last(values: Sequence[str]) -> str | None:
+    return values[-1] if values else None
 
 
 def _ini_override(args: Sequence[str], key: str) -> str | None:
     """The value the last ``-o KEY=VALUE`` (``--override-ini``) in ``args`` gives ``key``, before
     any ``--``; None when none does."""
-    value = None
-    for i, arg in enumerate(args):
-        if arg == "--":
-            break
-        given = None
-        if arg in ("-o", "--override-ini") and i + 1 < len(args):
-            given = args[i + 1]
-        elif arg.startswith("--override-ini="):
-            given = arg.split("=", 1)[1]
-        elif arg.startswith("-o") and len(arg) > 2:
-            given = arg[2:]
-        if given is not None and given.partition("=")[0].strip() == key:
-            value = given.partition("=")[2]
-    return value
+    given = [v.partition("=") for v in _option_values(_before_dashes(args), "-o", "--override-ini")]
+    return _last([value for name, _, value in given if name.strip() == key])
+
+
+def _config_options(args: Sequence[str]) -> list[str]:
+    """The files ``args`` name with ``-c``/``--config-file``, in order."""
+    return _option_values(args, "-c", "--config-file")
 
 
 def pytest_config(cwd: Path, pytest_args: Sequence[str] = (),
@@ -611,11 +603,7 @@ def pytest_config(cwd: Path, pytest_args: Sequence[str] = (),
     PYTEST_ADDOPTS), else the first file holding pytest settings among :data:`_CONFIG_NAMES`, in
     that order, from the test paths' common ancestor (``cwd`` without paths) up. None when there
     is none. A file that does not parse is passed over: pytest will say what is wrong with it."""
-    args = [*pytest_args, *_split(addopts)]
-    named = [value for flag, value in zip(args, args[1:], strict=False)
-             if flag in ("-c", "--config-file")]
-    named += [arg.split("=", 1)[1] for arg in args if arg.startswith("--config-file=")]
-    named += [arg[2:] for arg in args if arg.startswith("-c") and len(arg) > 2]
+    named = _config_options([*pytest_args, *_split(addopts)])
     if named:
         path = cwd / named[-1]
         settings = _pytest_settings(path, path.name if path.name in _CONFIG_NAMES else path.suffix)
@@ -633,22 +621,40 @@ def pytest_config(cwd: Path, pytest_args: Sequence[str] = (),
 def _ancestors(cwd: Path, pytest_args: Sequence[str]) -> list[Path]:
     """The test paths' common ancestor (as pytest's get_common_ancestor: the paths that exist;
     ``cwd`` when none does) and its parents."""
-    paths = []
-    for arg in pytest_args:
-        if arg == "--":
-            continue
-        if arg.startswith("-"):
-            continue
-        try:
-            path = (cwd / arg.split("::", 1)[0]).resolve()
-            if path.exists():
-                paths.append(path if path.is_dir() else path.parent)
-        except (OSError, ValueError):  # too long a name, a NUL byte: no path pytest could read
-            continue
+    paths = [p if _is_dir(p) else p.parent for p in _arg_paths(cwd, pytest_args) if _exists(p)]
     if not paths:
         return [cwd, *cwd.parents]
     common = Path(os.path.commonpath([str(p) for p in paths]))
     return [common, *common.parents]
+
+
+def _arg_paths(cwd: Path, pytest_args: Sequence[str]) -> list[Path]:
+    """The paths the words of ``pytest_args`` that are not options name (a node id's file),
+    resolved from ``cwd``; a word that names no path pytest could read (too long a name, a NUL
+    byte) is passed over."""
+    paths = []
+    for arg in pytest_args:
+        if not arg or arg.startswith("-"):
+            continue
+        try:
+            paths.append((cwd / arg.split("::", 1)[0]).resolve())
+        except (OSError, ValueError):
+            continue
+    return paths
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _pytest_settings(path: Path, kind: str) -> dict[str, Any] | None:
@@ -661,9 +667,10 @@ def _pytest_settings(path: Path, kind: str) -> dict[str, Any] | None:
         if document is None:
             return None
         tools = document.get("tool")
-        tool = tools.get("pytest", {}) if isinstance(tools, dict) else {}
-        native = {k: v for k, v in tool.items() if k != "ini_options"} if isinstance(tool, dict) else {}
-        ini_options = tool.get("ini_options") if isinstance(tool, dict) else None
+        tool = tools.get("pytest") if isinstance(tools, dict) else None
+        tool = tool if isinstance(tool, dict) else {}
+        native = {k: v for k, v in tool.items() if k != "ini_options"}
+        ini_options = tool.get("ini_options")
         own = document.get("pytest")
         if kind == "pyproject.toml" or (kind == ".toml" and (native or ini_options is not None)):
             return native or (ini_options if isinstance(ini_options, dict) else None)

@@ -1,4 +1,5 @@
-# Sourced by the ledger's GPU scripts: `install_for_gpu LOG` makes what they need importable.
+# Sourced by GPU scripts (the ledger's, timeout_sources.sh): `install_for_gpu LOG` makes what
+# they need importable.
 # The wheels of .whl/ (scripts/gpu/fetch_wheels.sh) go to /tmp/site unless they already import
 # (run_all.sh installs them first), then faulthunt itself, editable, with its compiled parts
 # built by the system compiler (setup.py). Everything pip prints goes to LOG.

@@ -11,11 +11,8 @@
 set -u
 OUT=${OUT:-/tmp/out}; S=$OUT/timeouts; mkdir -p "$S"
 WORK=$(mktemp -d /tmp/faulthunt-timeouts.XXXX)
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    > "$WORK/wheels.log" 2>&1 && export PYTHONPATH=/tmp/site && export PATH=/tmp/site/bin:$PATH
-fi
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . > "$WORK/install.log" 2>&1
+. scripts/gpu/_install.sh
+install_for_gpu "$WORK/install.log"
 TESTS=$(python3 -c "import numba.cuda.tests, os; print(os.path.dirname(numba.cuda.tests.__file__))")
 suite() {  # a fresh copy of the two modules with the conftest and the given config file
   d=$WORK/$1; mkdir -p "$d"; cp scripts/gpu/suites_numba/conftest.py "$d/"
